@@ -1,0 +1,53 @@
+# Set-up and checks. `make demo` and `make test` work from a fresh clone on a fresh machine and
+# are idempotent: the environment is (re)installed only when pyproject.toml or constraints.txt change.
+
+VENV        ?= .venv
+PYTHON      ?= python3
+PY          := $(VENV)/bin/python
+PIP         := $(PY) -m pip
+# constraints.txt pins torch to the local CPU build on these machines; without it pip would pull
+# a newer torch with gigabytes of CUDA packages.
+CONSTRAINTS := -c constraints.txt
+PYTEST_ARGS ?=
+
+.PHONY: demo test install install-dev lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml constraints.txt | $(PY)
+	$(PIP) install --quiet $(CONSTRAINTS) torch
+	$(PIP) install --quiet $(CONSTRAINTS) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) install --quiet $(CONSTRAINTS) -e '.[dev,onnx]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+# The Debian packages the bundled data is built from; only the byte-for-byte rebuild test needs
+# them (it is skipped, with the reason, where they cannot be installed).
+.PHONY: sample-sources
+sample-sources:
+	@if [ -x /usr/bin/bible ] && [ -f /usr/share/wordnet/data.noun ]; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base bible-kjv >/dev/null) \
+		|| echo "note: could not install wordnet-base/bible-kjv; the sample rebuild test will be skipped"; \
+	else echo "note: wordnet-base/bible-kjv not installed; the sample rebuild test will be skipped"; fi
+
+demo: install
+	$(VENV)/bin/bertforge quickstart
+
+test: install-dev sample-sources
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests; the suite must never be empty"; exit 1; fi; \
+	exit $$rc
+
+lint: install-dev
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

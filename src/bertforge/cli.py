@@ -1,0 +1,78 @@
+"""`bertforge <command>`: the one entry point. Thin: parses arguments and calls the library.
+
+Each command lives in `bertforge.commands.<name>` and exposes `register(subparsers)`; a command is
+listed in `COMMAND_MODULES` only once it works end to end (no placeholder commands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from bertforge import __version__
+from bertforge.console import NORMAL, QUIET, VERBOSE, console, setup_logging
+from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError
+
+COMMAND_MODULES = [
+    "bertforge.commands.data",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertforge",
+        description="From raw text to a trained, evaluated, exported BERT-family encoder.",
+        epilog="Run `bertforge <command> --help` for a command's options and an example.",
+    )
+    parser.add_argument("--version", action="version", version=f"bertforge {__version__}")
+    add_global_flags(parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="<command>")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def add_global_flags(parser: argparse.ArgumentParser) -> None:
+    """--quiet/--verbose/--debug, accepted before or after the command name."""
+    group = parser.add_argument_group("output")
+    group.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="only warnings and errors")
+    group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="debug-level logging")
+    group.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show full tracebacks for errors")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False) or os.environ.get("BERTFORGE_DEBUG") == "1"
+    verbosity = QUIET if getattr(args, "quiet", False) else VERBOSE if getattr(args, "verbose", False) else NORMAL
+    setup_logging(verbosity)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        result = args.func(args)
+        return int(result or 0)
+    except BertforgeError as error:
+        if debug:
+            console.print_exception()
+        console.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
+        return error.exit_code
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+    except Exception as error:  # a bug in bertforge, not the user's fault
+        if debug:
+            console.print_exception()
+        else:
+            console.print(f"[bold red]internal error:[/] {type(error).__name__}: {error} "
+                          "(rerun with --debug for the traceback and please report it)", highlight=False)
+        return INTERNAL_ERROR_EXIT_CODE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""The one typed configuration tree, loaded from YAML files and dotted command-line overrides.
+
+Every knob is a field of a dataclass below, with a default and a one-line doc (the comment after
+it). OmegaConf does the merging (defaults < `extends` chain < the YAML file < `a.b=c` overrides)
+and the type checking; each section's `__post_init__` checks ranges and choices, because
+OmegaConf does not understand `Literal`. Errors name the key and, for an unknown key, the closest
+valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from bertforge.errors import ConfigError
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers used by the sections' __post_init__
+
+
+def check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"config key `{key}` is {value!r}; expected one of {', '.join(choices)}")
+
+
+def check_range(key: str, value: float | int | None, *, low: float | None = None, high: float | None = None,
+                low_inclusive: bool = True, high_inclusive: bool = True) -> None:
+    if value is None:
+        return
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"config key `{key}` is NaN; give a number")
+    too_low = low is not None and (value < low if low_inclusive else value <= low)
+    too_high = high is not None and (value > high if high_inclusive else value >= high)
+    if too_low or too_high:
+        lo = "-inf" if low is None else f"{low}"
+        hi = "inf" if high is None else f"{high}"
+        brackets = ("[" if low_inclusive else "(", "]" if high_inclusive else ")")
+        raise ConfigError(f"config key `{key}` is {value}; it must be in {brackets[0]}{lo}, {hi}{brackets[1]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# sections
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "lamb", "adadelta", "sgd")
+SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "wsd", "step")
+STRATEGIES = ("none", "ddp", "zero1", "fsdp")
+NAN_POLICIES = ("skip", "stop", "rollback")
+POSITIONS = ("learned", "rope", "alibi")
+MLPS = ("gelu", "geglu")
+NORMS = ("post", "pre")
+ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
+POOLINGS = ("pooler", "cls", "mean")
+TASK_TYPES = ("classification", "regression")
+
+
+@dataclass
+class RunSection:
+    name: str = "run"  # run name; the run directory is `<output_dir>/<name>`
+    output_dir: str = "runs"  # parent directory of run directories
+    seed: int = 42  # seeds weights, data order, masking and dropout
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    resume: str = "auto"  # auto (newest complete checkpoint in the run dir, if any) | never | a checkpoint path
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"config key `run.name` is {self.name!r}; give a non-empty name without '/'")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError(f"config key `run.device` is {self.device!r}; expected auto, cpu, cuda or cuda:N")
+
+
+@dataclass
+class ModelSection:
+    preset: str = "bert-tiny"  # a named architecture (bert-tiny ... bert-large, mosaic-bert-base, modernbert-base, crammed-bert)
+    init_from: str | None = None  # a bertforge checkpoint / run dir or any Hugging Face BERT directory to start from
+    tokenizer: str | None = None  # tokenizer directory (HF format); defaults to the one of the data or of init_from
+    vocab_size: int | None = None  # overrides the preset; by default taken from the tokenizer, padded to x64
+    hidden_size: int | None = None  # overrides the preset
+    num_layers: int | None = None  # overrides the preset
+    num_heads: int | None = None  # overrides the preset
+    intermediate_size: int | None = None  # overrides the preset
+    max_position_embeddings: int | None = None  # overrides the preset
+    hidden_dropout: float | None = None  # overrides the preset
+    attention_dropout: float | None = None  # overrides the preset
+    norm_eps: float | None = None  # overrides the preset
+    position: str | None = None  # learned | rope | alibi (overrides the preset)
+    mlp: str | None = None  # gelu | geglu (overrides the preset)
+    norm: str | None = None  # post | pre (overrides the preset)
+    bias: bool | None = None  # biases in linear layers and norms (overrides the preset)
+    local_attention_window: int | None = None  # sliding-window size of local layers; None = all global
+    global_every_n: int | None = None  # every n-th layer attends globally when a local window is set
+    tie_word_embeddings: bool | None = None  # tie the MLM decoder to the word embeddings
+    attention_backend: str = "auto"  # auto | flash | sdpa | eager
+    pooling: str = "pooler"  # sequence head input: pooler (BERT's tanh pooler on [CLS]) | cls | mean
+    classifier_dropout: float | None = None  # dropout before the classifier; None = hidden_dropout
+
+    def __post_init__(self) -> None:
+        check_choice("model.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        check_choice("model.pooling", self.pooling, POOLINGS)
+        if self.position is not None:
+            check_choice("model.position", self.position, POSITIONS)
+        if self.mlp is not None:
+            check_choice("model.mlp", self.mlp, MLPS)
+        if self.norm is not None:
+            check_choice("model.norm", self.norm, NORMS)
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                    "max_position_embeddings", "local_attention_window", "global_every_n"):
+            check_range(f"model.{key}", getattr(self, key), low=1)
+        for key in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+            check_range(f"model.{key}", getattr(self, key), low=0.0, high=1.0, high_inclusive=False)
+
+
+@dataclass
+class DataSection:
+    path: str | None = None  # a prepared (sharded, pre-tokenized) dataset directory or URL, for pre-training
+    seq_len: int = 128  # tokens per sample, [CLS] and [SEP] included
+    mask_prob: float = 0.15  # fraction of tokens chosen for MLM (0.30 in Mosaic-style recipes)
+    mask_replace_prob: float = 0.8  # of the chosen tokens, the fraction replaced by [MASK]
+    random_replace_prob: float = 0.1  # of the chosen tokens, the fraction replaced by a random token
+    whole_word_masking: bool = False  # mask all WordPiece pieces of a word together
+    packing: bool = True  # pack short samples into full rows (best-fit), attention stays within each sample
+    num_workers: int = 1  # data-loader worker processes per rank
+    validation_samples: int | None = None  # cap on validation samples per evaluation; None = the whole split
+
+    def __post_init__(self) -> None:
+        check_range("data.seq_len", self.seq_len, low=8)
+        check_range("data.mask_prob", self.mask_prob, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+        check_range("data.mask_replace_prob", self.mask_replace_prob, low=0.0, high=1.0)
+        check_range("data.random_replace_prob", self.random_replace_prob, low=0.0, high=1.0)
+        if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-9:
+            raise ConfigError("config keys `data.mask_replace_prob` + `data.random_replace_prob` exceed 1; "
+                              "lower one of them (BERT uses 0.8 and 0.1)")
+        check_range("data.num_workers", self.num_workers, low=0)
+        check_range("data.validation_samples", self.validation_samples, low=1)
+
+
+@dataclass
+class FinetuneSection:
+    task_type: str = "classification"  # classification | regression
+    train_file: str | None = None  # csv / tsv / jsonl / parquet file, HF dataset dir, or hub name
+    validation_file: str | None = None  # evaluated during training; picks the best checkpoint
+    test_file: str | None = None  # evaluated once at the end with the best checkpoint
+    text_column: str = "text"  # the (first) text column
+    text_pair_column: str | None = None  # second text column for pair tasks (NLI, paraphrase)
+    label_column: str = "label"  # label column: a name or an integer id (classification), a number (regression)
+    labels: list[str] = field(default_factory=list)  # class names in id order; empty = sorted labels of the train file
+    label_map: dict[str, str] = field(default_factory=dict)  # merge raw labels, e.g. {"1": negative, "5": positive}
+    class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
+    max_length: int = 128  # tokens per example after truncation ([CLS]/[SEP] included)
+    delimiter: str | None = None  # csv/tsv delimiter; None = from the file extension
+    metric: str = "accuracy"  # metric that picks the best checkpoint and drives early stopping
+    early_stopping_patience: int | None = None  # evaluations without improvement before stopping; None = never
+
+    def __post_init__(self) -> None:
+        check_choice("finetune.task_type", self.task_type, TASK_TYPES)
+        check_range("finetune.max_length", self.max_length, low=8)
+        check_range("finetune.early_stopping_patience", self.early_stopping_patience, low=1)
+
+
+@dataclass
+class OptimSection:
+    name: str = "adamw"  # adamw | lamb | adadelta | sgd
+    lr: float = 5e-4  # peak learning rate
+    weight_decay: float = 0.01  # decoupled; never applied to biases, norms or embeddings' norms
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam/LAMB betas
+    eps: float = 1e-6  # Adam/LAMB epsilon
+    momentum: float = 0.0  # SGD momentum
+    clip_grad_norm: float | None = 1.0  # gradient clipping by global norm; None = off
+
+    def __post_init__(self) -> None:
+        check_choice("optim.name", self.name, OPTIMIZERS)
+        check_range("optim.lr", self.lr, low=0.0, low_inclusive=False)
+        check_range("optim.weight_decay", self.weight_decay, low=0.0)
+        if len(self.betas) != 2:
+            raise ConfigError(f"config key `optim.betas` has {len(self.betas)} values; give two, e.g. [0.9, 0.98]")
+        for beta in self.betas:
+            check_range("optim.betas", beta, low=0.0, high=1.0, high_inclusive=False)
+        check_range("optim.eps", self.eps, low=0.0, low_inclusive=False)
+        check_range("optim.clip_grad_norm", self.clip_grad_norm, low=0.0, low_inclusive=False)
+
+
+@dataclass
+class ScheduleSection:
+    name: str = "linear"  # constant | linear | cosine | inverse_sqrt | wsd (warmup-stable-decay) | step
+    warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps
+    min_lr_ratio: float = 0.0  # the final learning rate as a fraction of the peak
+    decay_fraction: float = 0.2  # wsd: the fraction of the run spent decaying at the end
+    step_size: int = 1000  # step: multiply the lr by `gamma` every `step_size` steps
+    gamma: float = 0.1  # step: the factor
+
+    def __post_init__(self) -> None:
+        check_choice("schedule.name", self.name, SCHEDULES)
+        check_range("schedule.warmup", self.warmup, low=0.0)
+        check_range("schedule.min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
+        check_range("schedule.decay_fraction", self.decay_fraction, low=0.0, high=1.0)
+        check_range("schedule.step_size", self.step_size, low=1)
+        check_range("schedule.gamma", self.gamma, low=0.0, low_inclusive=False)
+
+
+@dataclass
+class TrainSection:
+    micro_batch_size: int = 32  # samples per device per forward/backward
+    global_batch_size: int = 32  # samples per optimizer step over all devices; accumulation is derived
+    max_steps: int | None = None  # stop after this many optimizer steps
+    max_epochs: float | None = None  # stop after this many passes over the training data
+    max_tokens: int | None = None  # stop after this many real (non-padding) training tokens
+    max_time_minutes: float | None = None  # stop after this wall-clock budget; the schedule follows elapsed time
+    precision: str = "auto"  # auto (bf16 on a GPU that supports it, else fp32) | fp32 | bf16 | fp16
+    tf32: bool = True  # allow TF32 matmuls on NVIDIA GPUs
+    eval_every: int | None = None  # evaluate every N steps; None = once per epoch and at the end
+    log_every: int = 10  # write metrics every N steps
+    checkpoint_every: int | None = None  # save a checkpoint every N steps; None = only at the end
+    keep_last: int = 2  # checkpoints kept, newest first (the best one is kept in addition)
+    best_metric: str | None = None  # validation metric that marks the best checkpoint, e.g. mlm_accuracy
+    best_mode: str = "max"  # max | min: whether a larger best_metric is better
+    nan_policy: str = "skip"  # on a non-finite loss: skip the step | stop | rollback to the last checkpoint
+
+    def __post_init__(self) -> None:
+        check_range("train.micro_batch_size", self.micro_batch_size, low=1)
+        check_range("train.global_batch_size", self.global_batch_size, low=1)
+        check_range("train.max_steps", self.max_steps, low=1)
+        check_range("train.max_epochs", self.max_epochs, low=0.0, low_inclusive=False)
+        check_range("train.max_tokens", self.max_tokens, low=1)
+        check_range("train.max_time_minutes", self.max_time_minutes, low=0.0, low_inclusive=False)
+        check_choice("train.precision", self.precision, ("auto", *PRECISIONS))
+        check_range("train.eval_every", self.eval_every, low=1)
+        check_range("train.log_every", self.log_every, low=1)
+        check_range("train.checkpoint_every", self.checkpoint_every, low=1)
+        check_range("train.keep_last", self.keep_last, low=1)
+        check_choice("train.best_mode", self.best_mode, ("max", "min"))
+        check_choice("train.nan_policy", self.nan_policy, NAN_POLICIES)
+
+
+@dataclass
+class DistSection:
+    strategy: str = "ddp"  # none | ddp | zero1 (sharded optimizer state) | fsdp (FSDP2, ZeRO-3); used when WORLD_SIZE > 1
+    activation_checkpointing: bool = False  # recompute each layer's activations in backward to save memory
+    compile: bool = False  # torch.compile the model (30-70 s to compile; pays off on GPUs)
+
+    def __post_init__(self) -> None:
+        check_choice("dist.strategy", self.strategy, STRATEGIES)
+
+
+@dataclass
+class LogSection:
+    tensorboard: bool = True  # write TensorBoard event files when tensorboard is installed
+    wandb_project: str | None = None  # log to Weights & Biases (needs `wandb` installed and logged in)
+    mlflow_experiment: str | None = None  # log to MLflow (needs `mlflow` installed)
+    progress: bool = True  # show a progress bar on the console
+
+
+@dataclass
+class Config:
+    """The whole configuration of a bertforge run."""
+
+    run: RunSection = field(default_factory=RunSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    dist: DistSection = field(default_factory=DistSection)
+    log: LogSection = field(default_factory=LogSection)
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+EXTENDS_KEY = "extends"
+
+
+def all_keys(cls: type = Config, prefix: str = "") -> list[str]:
+    """Every dotted key of the config tree, for 'did you mean' suggestions."""
+    keys: list[str] = []
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        keys.append(key)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            keys.extend(all_keys(type(default), prefix=f"{key}."))
+    return keys
+
+
+def _closest_key(key: str) -> str | None:
+    candidates = all_keys()
+    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.5)
+    if match:
+        return match[0]
+    # fall back to the last component, e.g. `lrr` -> `optim.lr`
+    leaf = key.rsplit(".", 1)[-1]
+    by_leaf = {k.rsplit(".", 1)[-1]: k for k in candidates}
+    match = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.6)
+    return by_leaf[match[0]] if match else None
+
+
+def _friendly(error: OmegaConfBaseException, source: str) -> ConfigError:
+    key = getattr(error, "full_key", None) or ""
+    if isinstance(error, ConfigKeyError) or "not in" in str(error):
+        suggestion = _closest_key(key)
+        hint = f" — did you mean `{suggestion}`?" if suggestion else " — run with --print-config to see all keys"
+        return ConfigError(f"unknown key `{key}` in {source}{hint}")
+    if isinstance(error, ValidationError):
+        message = str(error).splitlines()[0]
+        return ConfigError(f"config key `{key}` in {source}: {message}")
+    return ConfigError(f"invalid config in {source}: {str(error).splitlines()[0]}")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; check the path")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(error, 'problem', error)}); fix the syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (run:, model:, ...), "
+                          f"not a {type(data).__name__}")
+    return data
+
+
+def _layers_of(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[dict[str, Any], str]]:
+    """The YAML layers of a file, its `extends` chain first (paths relative to the file)."""
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path))
+        raise ConfigError(f"config `extends` forms a cycle: {chain}; remove one of the links")
+    data = _read_yaml(path)
+    parents = data.pop(EXTENDS_KEY, None) or []
+    if isinstance(parents, str):
+        parents = [parents]
+    layers: list[tuple[dict[str, Any], str]] = []
+    for parent in parents:
+        layers.extend(_layers_of((path.parent / parent), (*seen, path)))
+    layers.append((data, str(path)))
+    return layers
+
+
+def _merge(base: DictConfig, layer: Any, source: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(base, layer)  # type: ignore[return-value]
+    except OmegaConfBaseException as error:
+        raise _friendly(error, source) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                base: Config | None = None) -> Config:
+    """Defaults (or `base`) < the `extends` chain of `path` < `path` < dotted `overrides`."""
+    merged: DictConfig = OmegaConf.structured(base if base is not None else Config)
+    if path is not None:
+        for layer, source in _layers_of(Path(path)):
+            merged = _merge(merged, layer, source)
+    for override in overrides:
+        if "=" not in override:
+            raise ConfigError(f"override {override!r} is not of the form key=value, e.g. optim.lr=2e-5")
+        key = override.split("=", 1)[0]
+        if key == EXTENDS_KEY:
+            raise ConfigError("`extends` can only be used inside a YAML file")
+        try:
+            layer = OmegaConf.from_dotlist([override])
+        except OmegaConfBaseException as error:
+            raise ConfigError(f"override {override!r} could not be parsed: {str(error).splitlines()[0]}") from None
+        merged = _merge(merged, layer, f"override {override!r}")
+    try:
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise _friendly(error, str(path) if path else "overrides") from None
+    assert isinstance(config, Config)
+    return config
+
+
+def config_to_yaml(config: Config) -> str:
+    """The resolved config as YAML; `load_config` of this text gives back an equal config."""
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(config_to_yaml(config), encoding="utf-8")

@@ -1,0 +1,32 @@
+"""User-facing errors.
+
+A `BertforgeError` is a mistake the user can fix (a bad config key, a missing column, a corrupt
+shard). The CLI prints its message as one line and exits with code 2, without a traceback unless
+`--debug` is given. Anything else that escapes is a bug in bertforge and exits with code 1.
+
+Messages follow one shape: what was wrong, where (file:line or config key), what to do.
+"""
+
+from __future__ import annotations
+
+USER_ERROR_EXIT_CODE = 2
+INTERNAL_ERROR_EXIT_CODE = 1
+
+
+class BertforgeError(Exception):
+    """A problem with the user's input, config or environment that they can fix."""
+
+    exit_code = USER_ERROR_EXIT_CODE
+
+
+class ConfigError(BertforgeError):
+    """An invalid configuration: unknown key, wrong type, value out of range."""
+
+
+class DataError(BertforgeError):
+    """Unreadable or invalid input data: a missing column, a corrupt shard, a bad label."""
+
+
+def location(path: object, line: int | None = None) -> str:
+    """Format `path:line` for error messages (line numbers are 1-based)."""
+    return f"{path}:{line}" if line is not None else str(path)
