@@ -85,7 +85,9 @@ class Synset:
 
 def _require(path: Path) -> Path:
     if not path.exists():
-        raise BuildError(f"{path} not found: install the sources with `apt-get install -y wordnet-base bible-kjv`")
+        raise BuildError(
+            f"{path} not found: install the sources with `apt-get install -y wordnet-base bible-kjv`"
+        )
     return path
 
 
@@ -94,7 +96,9 @@ def read_lexnames(man_page: Path = LEXNAMES_MAN) -> dict[int, str]:
     with gzip.open(_require(man_page), "rt", encoding="utf-8") as f:
         names = {int(m.group(1)): m.group(2) for line in f if (m := _LEXNAME_RE.match(line))}
     if len(names) != EXPECTED_LEXNAMES or sorted(names) != list(range(EXPECTED_LEXNAMES)):
-        raise BuildError(f"expected lexnames 00..{EXPECTED_LEXNAMES - 1} in {man_page}, found {sorted(names)}")
+        raise BuildError(
+            f"expected lexnames 00..{EXPECTED_LEXNAMES - 1} in {man_page}, found {sorted(names)}"
+        )
     return names
 
 
@@ -211,12 +215,22 @@ def wordnet_documents(train: list[Synset]) -> list[list[str]]:
     by_lexnum: dict[int, list[str]] = {}
     for s in train:
         by_lexnum.setdefault(s.lexnum, []).append(s.text)
-    return [chunk for num in sorted(by_lexnum) for chunk in balanced_chunks(by_lexnum[num], GLOSSES_PER_DOCUMENT)]
+    return [
+        chunk for num in sorted(by_lexnum) for chunk in balanced_chunks(by_lexnum[num], GLOSSES_PER_DOCUMENT)
+    ]
 
 
 def corpus_text(documents: Iterable[list[str]]) -> str:
     """bertforge's .txt document format: one sentence/verse per line, a blank line between documents."""
     return "\n\n".join("\n".join(doc) for doc in documents) + "\n"
+
+
+def _texts_with_several_labels(synsets: Iterable[Synset]) -> int:
+    """How many gloss texts WordNet gives to synsets of different lexicographer files (label noise)."""
+    labels: dict[str, set[str]] = {}
+    for s in synsets:
+        labels.setdefault(s.text, set()).add(s.label)
+    return sum(1 for found in labels.values() if len(found) > 1)
 
 
 def jsonl_text(rows: Iterable[Synset]) -> str:
@@ -259,22 +273,22 @@ def notice_text(manifest: dict) -> str:
 Small, real English text shipped inside the `bertforge` package so that the quickstart, the
 tests and the benchmarks run on a fresh machine with no downloads. Everything here is generated
 by `scripts/build_samples.py` from two Debian packages (`apt-get install wordnet-base bible-kjv`;
-versions used: wordnet-base {versions['wordnet-base']}, bible-kjv {versions['bible-kjv']}).
+versions used: wordnet-base {versions["wordnet-base"]}, bible-kjv {versions["bible-kjv"]}).
 
 | file | rows / documents | bytes |
 |---|---|---|
-| `{CORPUS_FILE}` | {corpus['documents']:,} documents, {corpus['lines']:,} lines | {corpus['bytes']:,} |
+| `{CORPUS_FILE}` | {corpus["documents"]:,} documents, {corpus["lines"]:,} lines | {corpus["bytes"]:,} |
 {split_lines}
 
 ## `{CORPUS_FILE}` — pre-training corpus
 
 bertforge's `.txt` document format (gzip): one sentence per line, a blank line between documents.
 
-* {corpus['kjv_chapters']:,} documents from the **King James Version** of the Bible (public domain):
-  one chapter per document, one verse per line ({corpus['kjv_verses']:,} verses), verse numbers
+* {corpus["kjv_chapters"]:,} documents from the **King James Version** of the Bible (public domain):
+  one chapter per document, one verse per line ({corpus["kjv_verses"]:,} verses), verse numbers
   removed, runs of whitespace collapsed. Text from the `bible-kjv` package
   (`bible -f {BIBLE_RANGE}`).
-* {corpus['wordnet_documents']:,} documents of **WordNet 3.0** glosses ({corpus['wordnet_glosses']:,} lines):
+* {corpus["wordnet_documents"]:,} documents of **WordNet 3.0** glosses ({corpus["wordnet_glosses"]:,} lines):
   only the glosses of synsets in the supersense **train** split, grouped by lexicographer file,
   consecutive synsets, at most {GLOSSES_PER_DOCUMENT} glosses per document, one gloss per line.
   Validation and test glosses never appear in the corpus, so a model pre-trained on it can be
@@ -282,7 +296,7 @@ bertforge's `.txt` document format (gzip): one sentence per line, a blank line b
 
 ## `supersense/{{train,validation,test}}.jsonl.gz` — WordNet gloss → supersense
 
-A {len(ss['labels'])}-class text classification set. One JSON object per line:
+A {len(ss["labels"])}-class text classification set. One JSON object per line:
 `{{"text": ..., "label": ..., "id": ...}}`.
 
 * `text`: the synset's gloss as it appears after the `|` in `/usr/share/wordnet/data.*` (the
@@ -294,7 +308,8 @@ A {len(ss['labels'])}-class text classification set. One JSON object per line:
 
 Split: 80/10/10 by the first 8 bytes of `sha1(text)` modulo 100 (train < 80 ≤ validation < 90 ≤
 test). Hashing the text (not the id) keeps the few hundred glosses that WordNet repeats across
-synsets (e.g. "a genus of bacteria") in one split. Some labels are rare (`noun.Tops`,
+synsets (e.g. "a genus of bacteria") in one split; {ss["texts_with_several_labels"]} of those texts carry more than
+one label (unavoidable label noise, kept). Some labels are rare (`noun.Tops`,
 `adj.ppl`): see `manifest.json` for per-split label counts.
 
 ## Other files
@@ -376,6 +391,7 @@ def build(out_dir: Path, wordnet_dir: Path = WORDNET_DIR) -> dict:
             "labels": sorted({s.label for s in synsets}),
             "splits": {split: len(by_split[split]) for split in SPLITS},
             "split_rule": "sha1(text)[:8] as big-endian int % 100: <80 train, <90 validation, else test",
+            "texts_with_several_labels": _texts_with_several_labels(synsets),
             "label_counts": label_counts,
         },
     }
@@ -452,7 +468,9 @@ def check(committed: Path, wordnet_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="samples directory (default: %(default)s)")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="samples directory (default: %(default)s)"
+    )
     parser.add_argument("--wordnet-dir", type=Path, default=WORDNET_DIR, help="WordNet data.* directory")
     parser.add_argument("--check", action="store_true", help="rebuild in a temp dir and compare with --out")
     args = parser.parse_args(argv)

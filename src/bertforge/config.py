@@ -301,9 +301,23 @@ def _closest_key(key: str) -> str | None:
     return by_leaf[match[0]] if match else None
 
 
-def _friendly(error: OmegaConfBaseException, source: str) -> ConfigError:
+def _flat_keys(layer: Any, prefix: str = "") -> list[str]:
+    if isinstance(layer, DictConfig):
+        layer = OmegaConf.to_container(layer)
+    if not isinstance(layer, dict):
+        return [prefix.rstrip(".")]
+    keys: list[str] = []
+    for name, value in layer.items():
+        keys.extend(_flat_keys(value, f"{prefix}{name}.") if isinstance(value, dict) else [f"{prefix}{name}"])
+    return keys
+
+
+def _friendly(error: OmegaConfBaseException, source: str, layer: Any = None) -> ConfigError:
     key = getattr(error, "full_key", None) or ""
     if isinstance(error, ConfigKeyError) or "not in" in str(error):
+        # report the full dotted key the user wrote (`optimm.lr`, not just `optimm`)
+        written = [k for k in _flat_keys(layer) if k == key or k.startswith(f"{key}.")] if layer is not None else []
+        key = written[0] if written else key
         suggestion = _closest_key(key)
         hint = f" — did you mean `{suggestion}`?" if suggestion else " — run with --print-config to see all keys"
         return ConfigError(f"unknown key `{key}` in {source}{hint}")
@@ -351,7 +365,7 @@ def _merge(base: DictConfig, layer: Any, source: str) -> DictConfig:
     try:
         return OmegaConf.merge(base, layer)  # type: ignore[return-value]
     except OmegaConfBaseException as error:
-        raise _friendly(error, source) from None
+        raise _friendly(error, source, layer) from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),

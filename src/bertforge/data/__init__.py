@@ -1,0 +1,1 @@
+"""Data: sources, tokenizers, shards, pre-training samples, masking, loaders, bundled samples."""

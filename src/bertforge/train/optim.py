@@ -1,0 +1,131 @@
+"""Optimizers and learning-rate schedules.
+
+Schedules are plain functions of the run's progress (a fraction in [0, 1]) instead of
+`torch.optim.lr_scheduler` objects: the same function then serves step budgets and wall-clock
+budgets (Cramming keys the schedule to elapsed time), and resuming needs no scheduler state
+beyond the step count and elapsed time the trainer checkpoints anyway.
+
+LAMB is written here because torch has none; it follows You et al. (2020), Algorithm 2, with
+decoupled weight decay inside the trust ratio as in NVIDIA's implementation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.config import OptimSection, ScheduleSection
+
+NO_DECAY_HINTS = ("bias", "norm", "layernorm", "layer_norm", "ln_")
+
+
+def default_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only: never on biases, norms or 1-d parameters (BERT's recipe)."""
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        lowered = name.lower()
+        if parameter.ndim < 2 or any(hint in lowered for hint in NO_DECAY_HINTS):
+            no_decay.append(parameter)
+        else:
+            decay.append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
+class Lamb(torch.optim.Optimizer):
+    """Layer-wise adaptive moments (LAMB): Adam's update scaled per tensor by ||w|| / ||update||."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for parameter in group["params"]:
+                if parameter.grad is None:
+                    continue
+                state = self.state[parameter]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(parameter)
+                    state["exp_avg_sq"] = torch.zeros_like(parameter)
+                state["step"] += 1
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(parameter.grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(parameter.grad, parameter.grad, value=1 - beta2)
+                corrected_avg = exp_avg / (1 - beta1 ** state["step"])
+                corrected_sq = exp_avg_sq / (1 - beta2 ** state["step"])
+                update = corrected_avg / (corrected_sq.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update.add_(parameter, alpha=group["weight_decay"])
+                weight_norm, update_norm = parameter.norm(), update.norm()
+                trust_ratio = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
+                                          torch.ones_like(weight_norm))
+                parameter.add_(update * trust_ratio, alpha=-group["lr"])
+        return loss
+
+
+def build_optimizer(section: OptimSection, groups: list[dict[str, Any]], device: torch.device) -> torch.optim.Optimizer:
+    betas = (section.betas[0], section.betas[1])
+    if section.name == "adamw":
+        # the fused kernel is one launch for all parameters on CUDA; the CPU uses the foreach path
+        fused = device.type == "cuda"
+        return torch.optim.AdamW(groups, lr=section.lr, betas=betas, eps=section.eps, fused=fused)
+    if section.name == "lamb":
+        return Lamb(groups, lr=section.lr, betas=betas, eps=section.eps)
+    if section.name == "adadelta":
+        return torch.optim.Adadelta(groups, lr=section.lr, eps=section.eps)
+    if section.name == "sgd":
+        return torch.optim.SGD(groups, lr=section.lr, momentum=section.momentum)
+    raise AssertionError(f"unhandled optimizer {section.name}")  # config validation lists the choices
+
+
+def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress: float | None = None) -> float:
+    """The multiplier of the peak learning rate at `step` (0-based) of `total_steps`.
+
+    `progress` overrides step/total_steps for wall-clock budgets. Warmup is linear from 0; a
+    `warmup` below 1 is a fraction of the run, otherwise a number of steps.
+    """
+    total_steps = max(total_steps, 1)
+    fraction = (step / total_steps) if progress is None else progress
+    fraction = min(max(fraction, 0.0), 1.0)
+    warmup_fraction = section.warmup if section.warmup < 1 else section.warmup / total_steps
+    floor = section.min_lr_ratio
+    if warmup_fraction > 0 and fraction < warmup_fraction:
+        return (fraction + 1.0 / total_steps) / (warmup_fraction + 1.0 / total_steps) if progress is None \
+            else fraction / warmup_fraction
+    after_warmup = (fraction - warmup_fraction) / max(1.0 - warmup_fraction, 1e-12)
+    name = section.name
+    if name == "constant":
+        return 1.0
+    if name == "linear":
+        return floor + (1.0 - floor) * (1.0 - after_warmup)
+    if name == "cosine":
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * after_warmup))
+    if name == "inverse_sqrt":
+        warmup_steps = max(warmup_fraction * total_steps, 1.0)
+        return max(floor, math.sqrt(warmup_steps / max(fraction * total_steps, warmup_steps)))
+    if name == "wsd":
+        decay_start = 1.0 - section.decay_fraction
+        if fraction < decay_start or section.decay_fraction == 0:
+            return 1.0
+        return floor + (1.0 - floor) * (1.0 - (fraction - decay_start) / section.decay_fraction)
+    if name == "step":
+        return section.gamma ** (step // section.step_size)
+    raise AssertionError(f"unhandled schedule {name}")
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, peak_lr: float, factor: float) -> float:
+    lr = peak_lr * factor
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr

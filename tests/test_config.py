@@ -1,0 +1,77 @@
+"""The typed config tree: YAML + `extends` + dotted overrides, validation, round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bertforge.config import Config, config_to_yaml, load_config
+from bertforge.errors import ConfigError
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_yaml_extends_and_overrides_merge_in_order(tmp_path: Path) -> None:
+    write(tmp_path / "base.yaml", "optim:\n  lr: 1.0e-3\n  weight_decay: 0.1\ndata:\n  seq_len: 256\n")
+    recipe = write(tmp_path / "recipe.yaml", "extends: base.yaml\noptim:\n  lr: 3.0e-4\n")
+    config = load_config(recipe, ["data.seq_len=64", "train.max_steps=7"])
+    assert config.optim.lr == pytest.approx(3e-4)  # the file beats its parent
+    assert config.optim.weight_decay == pytest.approx(0.1)  # inherited from the parent
+    assert config.data.seq_len == 64  # the override beats both
+    assert config.train.max_steps == 7
+    assert config.run.seed == Config().run.seed  # untouched keys keep their defaults
+
+
+def test_unknown_key_suggests_the_closest_valid_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown key `optim.lrr`.*did you mean `optim.lr`"):
+        load_config(None, ["optim.lrr=1e-4"])
+    recipe = write(tmp_path / "typo.yaml", "train:\n  micro_batch_sise: 8\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml.*did you mean `train.micro_batch_size`"):
+        load_config(recipe)
+
+
+def test_misspelled_section_suggests_the_full_key() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean `optim.lr`"):
+        load_config(None, ["optimm.lr=1e-4"])
+
+
+def test_wrong_type_names_the_key_and_expected_type() -> None:
+    with pytest.raises(ConfigError, match=r"`optim.lr`.*Float"):
+        load_config(None, ["optim.lr=fast"])
+    with pytest.raises(ConfigError, match=r"`train.max_steps`.*Integer"):
+        load_config(None, ["train.max_steps=many"])
+
+
+def test_values_out_of_range_or_not_a_choice_are_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"`data.mask_prob` is 1.5"):
+        load_config(None, ["data.mask_prob=1.5"])
+    with pytest.raises(ConfigError, match=r"`optim.name` is 'adam'.*adamw"):
+        load_config(None, ["optim.name=adam"])
+    with pytest.raises(ConfigError, match=r"key=value"):
+        load_config(None, ["optim.lr"])
+
+
+def test_print_config_output_loads_back_to_an_equal_config(tmp_path: Path) -> None:
+    config = load_config(None, ["optim.lr=2e-5", "finetune.label_map={'1': negative, '5': positive}",
+                                "model.hidden_size=64", "optim.betas=[0.9,0.95]"])
+    saved = write(tmp_path / "resolved.yaml", config_to_yaml(config))
+    assert load_config(saved) == config
+
+
+def test_bad_yaml_and_missing_file_name_the_file(tmp_path: Path) -> None:
+    broken = write(tmp_path / "broken.yaml", "optim:\n  lr: [1\n")
+    with pytest.raises(ConfigError, match=r"broken.yaml:\d+: not valid YAML"):
+        load_config(broken)
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_extends_cycle_is_reported(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", "extends: b.yaml\n")
+    write(tmp_path / "b.yaml", "extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "a.yaml")
