@@ -17,6 +17,7 @@ from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError
 
 COMMAND_MODULES = [
     "bertforge.commands.data",
+    "bertforge.commands.train",
 ]
 
 

@@ -155,13 +155,10 @@ class FinetuneSection:
     class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
     max_length: int = 128  # tokens per example after truncation ([CLS]/[SEP] included)
     delimiter: str | None = None  # csv/tsv delimiter; None = from the file extension
-    metric: str = "accuracy"  # metric that picks the best checkpoint and drives early stopping
-    early_stopping_patience: int | None = None  # evaluations without improvement before stopping; None = never
 
     def __post_init__(self) -> None:
         check_choice("finetune.task_type", self.task_type, TASK_TYPES)
         check_range("finetune.max_length", self.max_length, low=8)
-        check_range("finetune.early_stopping_patience", self.early_stopping_patience, low=1)
 
 
 @dataclass
@@ -220,6 +217,7 @@ class TrainSection:
     keep_last: int = 2  # checkpoints kept, newest first (the best one is kept in addition)
     best_metric: str | None = None  # validation metric that marks the best checkpoint, e.g. mlm_accuracy
     best_mode: str = "max"  # max | min: whether a larger best_metric is better
+    early_stopping_patience: int | None = None  # evaluations without best_metric improving before stopping; None = never
     nan_policy: str = "skip"  # on a non-finite loss: skip the step | stop | rollback to the last checkpoint
 
     def __post_init__(self) -> None:
@@ -236,6 +234,7 @@ class TrainSection:
         check_range("train.keep_last", self.keep_last, low=1)
         check_choice("train.best_mode", self.best_mode, ("max", "min"))
         check_choice("train.nan_policy", self.nan_policy, NAN_POLICIES)
+        check_range("train.early_stopping_patience", self.early_stopping_patience, low=1)
 
 
 @dataclass

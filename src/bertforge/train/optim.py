@@ -74,19 +74,25 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(section: OptimSection, groups: list[dict[str, Any]], device: torch.device) -> torch.optim.Optimizer:
+def optimizer_class_and_options(section: OptimSection, device: torch.device) -> tuple[type, dict[str, Any]]:
+    """The optimizer class and its constructor options (also what ZeRO-1 wraps)."""
     betas = (section.betas[0], section.betas[1])
     if section.name == "adamw":
         # the fused kernel is one launch for all parameters on CUDA; the CPU uses the foreach path
-        fused = device.type == "cuda"
-        return torch.optim.AdamW(groups, lr=section.lr, betas=betas, eps=section.eps, fused=fused)
+        return torch.optim.AdamW, {"lr": section.lr, "betas": betas, "eps": section.eps,
+                                   "fused": device.type == "cuda"}
     if section.name == "lamb":
-        return Lamb(groups, lr=section.lr, betas=betas, eps=section.eps)
+        return Lamb, {"lr": section.lr, "betas": betas, "eps": section.eps}
     if section.name == "adadelta":
-        return torch.optim.Adadelta(groups, lr=section.lr, eps=section.eps)
+        return torch.optim.Adadelta, {"lr": section.lr, "eps": section.eps}
     if section.name == "sgd":
-        return torch.optim.SGD(groups, lr=section.lr, momentum=section.momentum)
+        return torch.optim.SGD, {"lr": section.lr, "momentum": section.momentum}
     raise AssertionError(f"unhandled optimizer {section.name}")  # config validation lists the choices
+
+
+def build_optimizer(section: OptimSection, groups: list[dict[str, Any]], device: torch.device) -> torch.optim.Optimizer:
+    optimizer_class, options = optimizer_class_and_options(section, device)
+    return optimizer_class(groups, **options)
 
 
 def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress: float | None = None) -> float:

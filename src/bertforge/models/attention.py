@@ -1,0 +1,222 @@
+"""Attention over packed sequences: every query sees only the keys of its own sequence.
+
+The encoder carries all tokens of a micro-batch as one flat [tokens, heads, head_dim] tensor with
+`cu_seqlens` boundaries. Three backends turn that into attention:
+
+- `flash`: flash-attn's varlen kernel consumes the packed layout directly (GPU, fp16/bf16, optional
+  dependency), with native sliding windows and ALiBi slopes. Not testable on CPU-only machines.
+- `sdpa`: PyTorch's `scaled_dot_product_attention` needs a [rows, heads, len, head_dim] layout, so we
+  place the sequences into as few rows of `max_seqlen` slots as fit (first-fit decreasing) and
+  give SDPA a block-diagonal boolean mask. Measured on CPU (docs/benchmarks.md, "Attention on CPU")
+  against padding every sequence to the longest, length bucketing, nested jagged tensors and
+  FlexAttention, this was the fastest correct option: fewer rows than padding (short sequences
+  share a row) and one batched kernel call. Rows that hold exactly one full-length sequence need
+  no mask at all, which lets SDPA take its unmasked fast path.
+- `eager`: a plain per-sequence softmax(QKᵀ)V loop — the reference the tests compare against.
+
+The row placement and the masks depend only on the sequence boundaries, so they are built once
+per forward in `PackedAttention` and shared by every layer (one mask per distinct window).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from bertforge.errors import BertforgeError
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def flash_attn_available() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def resolve_backend(requested: str, query: torch.Tensor) -> str:
+    """`auto` picks flash-attn on a GPU in half precision when installed, else SDPA."""
+    if requested == "auto":
+        if query.is_cuda and query.dtype in HALF_DTYPES and flash_attn_available():
+            return "flash"
+        return "sdpa"
+    if requested == "flash":
+        if not flash_attn_available():
+            raise BertforgeError("model.attention_backend=flash needs the flash-attn package; install it "
+                                 "(`pip install flash-attn`, CUDA GPUs only) or set model.attention_backend=sdpa")
+        if not query.is_cuda or query.dtype not in HALF_DTYPES:
+            raise BertforgeError("model.attention_backend=flash runs only on a CUDA GPU in bf16/fp16; set "
+                                 "train.precision=bf16 on a GPU, or model.attention_backend=sdpa")
+    return requested
+
+
+@dataclass(frozen=True)
+class RowPlacement:
+    """Where each packed token sits when the sequences are laid out in rows of `row_length` slots."""
+
+    num_rows: int
+    row_length: int
+    slot_of_token: torch.Tensor  # [tokens] flat index into num_rows * row_length
+    sequence_of_slot: torch.Tensor  # [num_rows, row_length]; -1 for empty slots
+    is_identity: bool  # one full-length sequence per row, in order: no copy, no mask needed
+
+
+def place_in_rows(cu_seqlens: torch.Tensor, max_seqlen: int) -> RowPlacement:
+    """First-fit decreasing: short sequences share rows, so SDPA computes fewer padded slots."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+    total_tokens = int(cu_seqlens[-1])
+    device = cu_seqlens.device
+    if all(length == max_seqlen for length in lengths):
+        slots = torch.arange(total_tokens, device=device)
+        sequence_ids = torch.arange(len(lengths), device=device).repeat_interleave(max_seqlen)
+        return RowPlacement(len(lengths), max_seqlen, slots, sequence_ids.view(len(lengths), max_seqlen), True)
+
+    row_fill: list[int] = []
+    row_of_sequence = [0] * len(lengths)
+    offset_of_sequence = [0] * len(lengths)
+    for sequence in sorted(range(len(lengths)), key=lambda s: -lengths[s]):
+        length = lengths[sequence]
+        for row, fill in enumerate(row_fill):
+            if fill + length <= max_seqlen:
+                break
+        else:
+            row = len(row_fill)
+            row_fill.append(0)
+        row_of_sequence[sequence] = row
+        offset_of_sequence[sequence] = row_fill[row]
+        row_fill[row] += length
+
+    lengths_t = torch.tensor(lengths, device=device)
+    sequence_of_token = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths_t)
+    start_slot = (torch.tensor(row_of_sequence, device=device) * max_seqlen
+                  + torch.tensor(offset_of_sequence, device=device) - cu_seqlens[:-1].long())
+    slot_of_token = start_slot[sequence_of_token] + torch.arange(total_tokens, device=device)
+    num_rows = len(row_fill)
+    sequence_of_slot = torch.full((num_rows * max_seqlen,), -1, dtype=torch.long, device=device)
+    sequence_of_slot[slot_of_token] = sequence_of_token
+    return RowPlacement(num_rows, max_seqlen, slot_of_token, sequence_of_slot.view(num_rows, max_seqlen), False)
+
+
+class PackedAttention:
+    """Sequence-boundary bookkeeping for one forward pass, shared by all layers."""
+
+    def __init__(self, cu_seqlens: torch.Tensor, max_seqlen: int, backend: str = "auto"):
+        self.cu_seqlens = cu_seqlens
+        self.max_seqlen = int(max_seqlen)
+        self.backend = backend
+        self._placement: RowPlacement | None = None
+        self._masks: dict[tuple[int | None, bool], torch.Tensor | None] = {}
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None = None,
+               alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0) -> torch.Tensor:
+        """[tokens, heads, head_dim] in and out. `window`: keys at most this many positions away on each side."""
+        backend = resolve_backend(self.backend, query)
+        if backend == "flash":
+            return flash_varlen_attention(query, key, value, self.cu_seqlens, self.max_seqlen, window=window,
+                                          alibi_slopes=alibi_slopes, dropout_p=dropout_p)
+        if backend == "eager":
+            return eager_attention(query, key, value, self.cu_seqlens, window=window, alibi_slopes=alibi_slopes,
+                                   dropout_p=dropout_p)
+        return self._sdpa(query, key, value, window=window, alibi_slopes=alibi_slopes, dropout_p=dropout_p)
+
+    @property
+    def placement(self) -> RowPlacement:
+        if self._placement is None:
+            self._placement = place_in_rows(self.cu_seqlens, self.max_seqlen)
+        return self._placement
+
+    def _boolean_mask(self, window: int | None) -> torch.Tensor | None:
+        """[rows, 1, len, len] True where attention is allowed; None when nothing needs masking."""
+        key = (window, False)
+        if key not in self._masks:
+            placement = self.placement
+            if placement.is_identity and window is None:
+                self._masks[key] = None
+            else:
+                # Empty slots "belong" to sequence -1 and attend among themselves, so no query row
+                # is fully masked (that would put NaNs into the discarded outputs' gradients).
+                owner = placement.sequence_of_slot
+                allowed = owner[:, :, None] == owner[:, None, :]
+                if window is not None:
+                    allowed = allowed & (_slot_distance(placement.row_length, owner.device) <= window)
+                self._masks[key] = allowed[:, None]
+        return self._masks[key]
+
+    def _alibi_bias(self, window: int | None, slopes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[rows or 1, heads, len, len] float bias: -slope·distance where allowed, -inf elsewhere."""
+        key = (window, True)
+        if key not in self._masks:
+            distance = _slot_distance(self.placement.row_length, slopes.device)
+            bias = -slopes.float()[:, None, None] * distance[None]
+            allowed = self._boolean_mask(window)
+            if allowed is not None:
+                bias = bias[None].masked_fill(~allowed, float("-inf"))
+            else:
+                bias = bias[None]
+            self._masks[key] = bias
+        bias = self._masks[key]
+        assert bias is not None
+        return bias.to(dtype)
+
+    def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None,
+              alibi_slopes: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
+        placement = self.placement
+        if alibi_slopes is not None:
+            mask = self._alibi_bias(window, alibi_slopes, query.dtype)
+        else:
+            mask = self._boolean_mask(window)
+        rows = [_to_rows(x, placement) for x in (query, key, value)]
+        output = F.scaled_dot_product_attention(*rows, attn_mask=mask, dropout_p=dropout_p)
+        heads, head_dim = query.shape[1:]
+        output = output.transpose(1, 2).reshape(placement.num_rows * placement.row_length, heads, head_dim)
+        return output if placement.is_identity else output.index_select(0, placement.slot_of_token)
+
+
+def _slot_distance(row_length: int, device: torch.device) -> torch.Tensor:
+    positions = torch.arange(row_length, device=device)
+    return (positions[:, None] - positions[None, :]).abs()
+
+
+def _to_rows(x: torch.Tensor, placement: RowPlacement) -> torch.Tensor:
+    """[tokens, heads, head_dim] -> [rows, heads, row_length, head_dim]."""
+    heads, head_dim = x.shape[1:]
+    if not placement.is_identity:
+        slots = x.new_zeros(placement.num_rows * placement.row_length, heads, head_dim)
+        x = slots.index_copy(0, placement.slot_of_token, x)
+    return x.view(placement.num_rows, placement.row_length, heads, head_dim).transpose(1, 2)
+
+
+def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor, *,
+                    window: int | None = None, alibi_slopes: torch.Tensor | None = None,
+                    dropout_p: float = 0.0) -> torch.Tensor:
+    """The textbook computation, one sequence at a time: slow, obviously correct."""
+    scale = query.shape[-1] ** -0.5
+    outputs = []
+    boundaries = cu_seqlens.tolist()
+    for start, end in zip(boundaries[:-1], boundaries[1:], strict=True):
+        q, k, v = (x[start:end].transpose(0, 1) for x in (query, key, value))  # [heads, n, head_dim]
+        scores = (q @ k.transpose(-1, -2)).float() * scale
+        positions = torch.arange(end - start, device=query.device)
+        distance = (positions[:, None] - positions[None, :]).abs()
+        if alibi_slopes is not None:
+            scores = scores - alibi_slopes.float()[:, None, None] * distance
+        if window is not None:
+            scores = scores.masked_fill(distance > window, float("-inf"))
+        probabilities = F.dropout(scores.softmax(dim=-1), p=dropout_p).to(v.dtype)
+        outputs.append((probabilities @ v).transpose(0, 1))
+    return torch.cat(outputs, dim=0)
+
+
+def flash_varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                           max_seqlen: int, *, window: int | None = None, alibi_slopes: torch.Tensor | None = None,
+                           dropout_p: float = 0.0) -> torch.Tensor:
+    """flash-attn 2 on the packed layout: no padding, no mask tensors (GPU only, fp16/bf16)."""
+    from flash_attn import flash_attn_varlen_func
+
+    cu = cu_seqlens.to(torch.int32)
+    return flash_attn_varlen_func(
+        query, key, value, cu, cu, max_seqlen, max_seqlen, dropout_p=dropout_p, causal=False,
+        window_size=(window, window) if window is not None else (-1, -1),
+        alibi_slopes=alibi_slopes.float() if alibi_slopes is not None else None,
+    )

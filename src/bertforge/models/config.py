@@ -1,0 +1,185 @@
+"""One `EncoderConfig` for classic BERT and the modern variant, plus the named presets.
+
+Classic BERT, Mosaic BERT, ModernBERT and the Cramming paper's model differ in a handful of
+switches (positions, MLP, norm placement, biases, local attention); everything else — the
+unpadded layout, the heads, the Hugging Face interop — is shared. Keeping the switches in one
+flat dataclass means a preset is just a set of values and a YAML override can change any of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bertforge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bertforge.config import ModelSection
+
+POSITIONS = ("learned", "rope", "alibi")
+MLPS = ("gelu", "geglu")
+NORMS = ("post", "pre")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
+POOLINGS = ("pooler", "cls", "mean")
+VOCAB_MULTIPLE = 64
+
+
+@dataclass
+class EncoderConfig:
+    vocab_size: int = 30528  # rows of the word embedding (padded to a multiple of 64 for fast matmuls)
+    hidden_size: int = 768  # width of the residual stream
+    num_layers: int = 12  # transformer layers
+    num_heads: int = 12  # attention heads per layer
+    intermediate_size: int = 3072  # MLP width (per half for geglu: the input projection is twice as wide)
+    max_position_embeddings: int = 512  # longest sequence for learned positions (rope/alibi: a soft limit)
+    type_vocab_size: int = 2  # token-type (segment) embeddings; 0 = none (ModernBERT)
+    hidden_dropout: float = 0.1  # dropout on embeddings and on each sub-layer's output
+    attention_dropout: float = 0.1  # dropout on attention probabilities
+    classifier_dropout: float | None = None  # dropout before a sequence classifier; None = hidden_dropout
+    norm_eps: float = 1e-12  # LayerNorm epsilon
+    activation: str = "gelu"  # gelu (exact) | gelu_tanh | relu | silu — MLP and head activation
+    position: str = "learned"  # learned | rope | alibi
+    mlp: str = "gelu"  # gelu (dense, act, dense) | geglu (gated: act(x W) * (x V), then dense)
+    norm: str = "post"  # post (BERT: norm after the residual add) | pre (norm before each sub-layer)
+    bias: bool = True  # biases in the linear layers and norms of the encoder and heads
+    local_attention_window: int | None = None  # sliding window (tokens, both sides together) of local layers
+    global_every_n: int | None = None  # with a window: layers 0, n, 2n, ... attend globally; None = all local
+    rope_theta: float = 10000.0  # RoPE base of global layers (ModernBERT: 160000)
+    rope_theta_local: float = 10000.0  # RoPE base of local (sliding-window) layers
+    tie_word_embeddings: bool = True  # the MLM decoder reuses the word-embedding matrix
+    attention_backend: str = "auto"  # auto | flash | sdpa | eager
+    pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | cls | mean (+ dense/act/norm)
+    initializer_range: float = 0.02  # std of the truncated-normal initialisation
+
+    def __post_init__(self) -> None:
+        for name, choices in (("position", POSITIONS), ("mlp", MLPS), ("norm", NORMS), ("activation", ACTIVATIONS),
+                              ("attention_backend", ATTENTION_BACKENDS), ("pooling", POOLINGS)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise ConfigError(f"model `{name}` is {value!r}; expected one of {', '.join(choices)}")
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model `{name}` is {getattr(self, name)}; it must be at least 1")
+        if self.type_vocab_size < 0:
+            raise ConfigError(f"model `type_vocab_size` is {self.type_vocab_size}; use 0 for no token types")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"model `hidden_size` ({self.hidden_size}) is not a multiple of `num_heads` "
+                              f"({self.num_heads}); change one of them")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ConfigError(f"rope needs an even head size, got hidden_size/num_heads = {self.head_dim}; "
+                              "change `hidden_size` or `num_heads`")
+        if self.local_attention_window is not None and self.local_attention_window < 2:
+            raise ConfigError(f"model `local_attention_window` is {self.local_attention_window}; give at least 2 "
+                              "(tokens on both sides together) or leave it unset for global attention")
+        if self.global_every_n is not None and self.global_every_n < 1:
+            raise ConfigError(f"model `global_every_n` is {self.global_every_n}; it must be at least 1")
+        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ConfigError(f"model `{name}` is {value}; it must be in [0, 1)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def effective_classifier_dropout(self) -> float:
+        return self.hidden_dropout if self.classifier_dropout is None else self.classifier_dropout
+
+    def is_global_layer(self, layer_index: int) -> bool:
+        """ModernBERT's alternation: with a window, layers 0, n, 2n, ... still attend to the whole sequence."""
+        if self.local_attention_window is None:
+            return True
+        return self.global_every_n is not None and layer_index % self.global_every_n == 0
+
+    def layer_window(self, layer_index: int) -> int | None:
+        """Tokens each side a query of this layer may see (None = the whole sequence)."""
+        if self.is_global_layer(layer_index):
+            return None
+        assert self.local_attention_window is not None
+        return self.local_attention_window // 2
+
+    def layer_rope_theta(self, layer_index: int) -> float:
+        return self.rope_theta if self.is_global_layer(layer_index) else self.rope_theta_local
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "model config") -> EncoderConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f"; did you mean `{close[0]}`?" if close else ""
+                raise ConfigError(f"unknown encoder field `{key}` in {source}{hint}")
+        return cls(**values)
+
+
+def _preset(**values: Any) -> dict[str, Any]:
+    return values
+
+
+# Shapes from the papers; dropouts as each recipe pre-trains. Cramming uses scaled sinusoidal
+# positions, which we approximate with learned ones (it trains at 128 tokens, where they behave alike).
+PRESETS: dict[str, dict[str, Any]] = {
+    "bert-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512),
+    "bert-mini": _preset(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024),
+    "bert-small": _preset(hidden_size=512, num_layers=4, num_heads=8, intermediate_size=2048),
+    "bert-base": _preset(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072),
+    "bert-large": _preset(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    "mosaic-bert-base": _preset(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
+                                position="alibi", mlp="geglu", attention_dropout=0.0),
+    "modernbert-base": _preset(vocab_size=50368, hidden_size=768, num_layers=22, num_heads=12,
+                               intermediate_size=1152, max_position_embeddings=8192, type_vocab_size=0,
+                               hidden_dropout=0.0, attention_dropout=0.0, norm_eps=1e-5, position="rope",
+                               mlp="geglu", norm="pre", bias=False, local_attention_window=128,
+                               global_every_n=3, rope_theta=160000.0, rope_theta_local=10000.0,
+                               pooling="cls"),
+    "crammed-bert": _preset(vocab_size=32768, hidden_size=768, num_layers=16, num_heads=12,
+                            intermediate_size=1536, max_position_embeddings=128, hidden_dropout=0.0,
+                            attention_dropout=0.0, mlp="geglu", norm="pre", bias=False, pooling="cls"),
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def get_preset(name: str) -> EncoderConfig:
+    """The named architecture as an `EncoderConfig` (a fresh copy each call)."""
+    if name not in PRESETS:
+        close = difflib.get_close_matches(name, PRESETS, n=1)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        raise ConfigError(f"unknown model preset {name!r} in config key `model.preset`{hint}; "
+                          f"choose one of {', '.join(PRESETS)}")
+    return EncoderConfig(**PRESETS[name])
+
+
+def pad_vocab_size(vocab_size: int, multiple: int = VOCAB_MULTIPLE) -> int:
+    """Round up so the vocabulary projection's matmul has a friendly shape; extra rows are never targets."""
+    return -(-vocab_size // multiple) * multiple
+
+
+OVERRIDABLE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
+                      "hidden_dropout", "attention_dropout", "norm_eps", "position", "mlp", "norm", "bias",
+                      "local_attention_window", "global_every_n", "tie_word_embeddings", "attention_backend",
+                      "pooling", "classifier_dropout")
+
+
+def encoder_config_from_section(section: ModelSection, vocab_size: int) -> EncoderConfig:
+    """The preset of `model.preset`, then every non-None override of the section; vocab padded to x64.
+
+    `vocab_size` is the tokenizer's; `model.vocab_size`, when set, wins over it.
+    """
+    values = dataclasses.asdict(get_preset(section.preset))
+    for name in OVERRIDABLE_FIELDS:
+        value = getattr(section, name)
+        if value is not None:
+            values[name] = value
+    values["vocab_size"] = pad_vocab_size(section.vocab_size if section.vocab_size is not None else vocab_size)
+    return EncoderConfig(**values)

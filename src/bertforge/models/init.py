@@ -1,0 +1,60 @@
+"""Weight initialisation and the optimizer's weight-decay groups.
+
+BERT's recipe: truncated normal (std 0.02, cut at two std), zero biases, unit norms. Deep pre-norm
+stacks add every layer's output onto the residual stream unnormalised, so its variance grows with
+depth; like GPT-2 and ModernBERT we shrink the std of the projections that write into the residual
+stream (attention output, MLP output) by sqrt(2 · layers). Post-norm (classic BERT) renormalises
+after every add and keeps the plain std.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from bertforge.models.config import EncoderConfig
+
+RESIDUAL_OUTPUT_SUFFIXES = ("attention.output", "mlp.output")
+CUTOFF_STDS = 2.0
+
+
+def _truncated_normal(weight: torch.Tensor, std: float) -> None:
+    nn.init.trunc_normal_(weight, mean=0.0, std=std, a=-CUTOFF_STDS * std, b=CUTOFF_STDS * std)
+
+
+@torch.no_grad()
+def init_weights(module: nn.Module, config: EncoderConfig) -> None:
+    """Initialise every Linear, Embedding and LayerNorm inside `module`."""
+    residual_std = config.initializer_range / math.sqrt(2.0 * config.num_layers)
+    for name, child in module.named_modules():
+        if isinstance(child, nn.Linear):
+            scaled = config.norm == "pre" and name.endswith(RESIDUAL_OUTPUT_SUFFIXES)
+            _truncated_normal(child.weight, residual_std if scaled else config.initializer_range)
+            if child.bias is not None:
+                nn.init.zeros_(child.bias)
+        elif isinstance(child, nn.Embedding):
+            _truncated_normal(child.weight, config.initializer_range)
+        elif isinstance(child, nn.LayerNorm):
+            nn.init.ones_(child.weight)
+            if child.bias is not None:
+                nn.init.zeros_(child.bias)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
+    """Two optimizer groups: decayed matrices and embeddings; no decay on biases and norm parameters.
+
+    Tied weights appear once (in the group of their first owner).
+    """
+    norm_parameters = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        if id(parameter) in norm_parameters or name.endswith("bias"):
+            no_decay.append(parameter)
+        else:
+            decay.append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

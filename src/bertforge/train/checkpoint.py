@@ -1,0 +1,212 @@
+"""Atomic checkpoints with exact resume.
+
+A checkpoint is a directory `checkpoints/step-00000123/` holding the model, optimizer, per-rank
+RNG states and `meta.json` (step, consumed samples, elapsed time, metrics). It is written to a
+temporary sibling, every file fsynced, renamed into place and only then named in the `latest`
+marker — written last, after every rank has finished its part. A `kill -9` at any moment leaves
+either the previous complete checkpoint or the new one, never a half-written one that `resume:
+auto` would pick. Under FSDP2 the model and optimizer are sharded states written by
+`torch.distributed.checkpoint` (DCP); otherwise rank 0 writes full state dicts (ZeRO-1 first
+consolidates the sharded optimizer state on rank 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.errors import BertforgeError
+from bertforge.train.distributed import DistEnv, barrier
+
+CHECKPOINT_PATTERN = re.compile(r"^step-(\d{8})$")
+LATEST_MARKER = "latest"
+META_FILE = "meta.json"
+
+
+@dataclass
+class TrainingState:
+    """Everything besides tensors that resuming needs."""
+
+    step: int = 0
+    consumed_samples: int = 0
+    consumed_tokens: int = 0
+    elapsed_seconds: float = 0.0
+    best_metric: float | None = None
+    best_step: int | None = None
+    skipped_steps: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _is_fsdp(model: nn.Module) -> bool:
+    return any(type(module).__name__.startswith("FSDP") for module in model.modules())
+
+
+class CheckpointManager:
+    def __init__(self, run_dir: Path, env: DistEnv, keep_last: int) -> None:
+        self.directory = run_dir / "checkpoints"
+        self.env, self.keep_last = env, keep_last
+
+    # --- discovery ------------------------------------------------------------------------------
+
+    def complete_checkpoints(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        found = [p for p in self.directory.iterdir() if CHECKPOINT_PATTERN.match(p.name) and (p / META_FILE).is_file()]
+        return sorted(found, key=lambda p: p.name)
+
+    def latest(self) -> Path | None:
+        """The checkpoint named by `latest`, or else the newest complete one."""
+        marker = self.directory / LATEST_MARKER
+        if marker.is_file():
+            candidate = self.directory / marker.read_text(encoding="utf-8").strip()
+            if (candidate / META_FILE).is_file():
+                return candidate
+        complete = self.complete_checkpoints()
+        return complete[-1] if complete else None
+
+    # --- save -----------------------------------------------------------------------------------
+
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, state: TrainingState,
+             *, best: bool = False) -> Path:
+        name = f"step-{state.step:08d}"
+        final = self.directory / name
+        temporary = self.directory / f".tmp-{name}"
+        if self.env.is_main:
+            shutil.rmtree(temporary, ignore_errors=True)
+            temporary.mkdir(parents=True)
+        barrier(self.env)
+        self._save_tensors(model, optimizer, temporary)
+        torch.save(rng_state(), temporary / f"rng-rank{self.env.rank}.pt")
+        barrier(self.env)  # every rank has written its part
+        if self.env.is_main:
+            if scaler is not None:
+                torch.save(scaler.state_dict(), temporary / "scaler.pt")
+            meta = asdict(state) | {"world_size": self.env.world_size}
+            (temporary / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            _fsync_tree(temporary)
+            if final.exists():  # a rollback re-saves a step; replace it whole
+                shutil.rmtree(final)
+            os.replace(temporary, final)
+            _write_atomically(self.directory / LATEST_MARKER, name)
+            if best:
+                _write_atomically(self.directory / "best", name)
+            self._prune()
+        barrier(self.env)
+        return final
+
+    def _save_tensors(self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        if _is_fsdp(model):
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            model_state, optimizer_state = get_state_dict(model, optimizer)
+            dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(directory / "dcp"))
+            return
+        if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO-1: gather the optimizer shards on rank 0
+            optimizer.consolidate_state_dict(to=0)
+        if self.env.is_main:
+            torch.save(_unwrapped(model).state_dict(), directory / "model.pt")
+            torch.save(optimizer.state_dict(), directory / "optimizer.pt")
+
+    def _prune(self) -> None:
+        keep = {p.name for p in self.complete_checkpoints()[-self.keep_last:]}
+        best_marker = self.directory / "best"
+        if best_marker.is_file():
+            keep.add(best_marker.read_text(encoding="utf-8").strip())
+        for path in self.complete_checkpoints():
+            if path.name not in keep:
+                shutil.rmtree(path, ignore_errors=True)
+        for stale in self.directory.glob(".tmp-step-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+    # --- load -----------------------------------------------------------------------------------
+
+    def load(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, scaler: Any) -> TrainingState:
+        meta_path = path / META_FILE
+        if not meta_path.is_file():
+            raise BertforgeError(f"{path} is not a complete bertforge checkpoint (no {META_FILE}); "
+                                 "pick another one or set run.resume=never")
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        saved_world = meta.pop("world_size", 1)
+        if (path / "dcp").is_dir():
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+            model_state, optimizer_state = get_state_dict(model, optimizer)
+            target = {"model": model_state, "optimizer": optimizer_state}
+            dcp.load(target, checkpoint_id=str(path / "dcp"))
+            set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
+        else:
+            _unwrapped(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+            if optimizer is not None:
+                optimizer_state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
+                optimizer.load_state_dict(optimizer_state)
+        if scaler is not None and (path / "scaler.pt").is_file():
+            scaler.load_state_dict(torch.load(path / "scaler.pt", weights_only=True))
+        rng_file = path / f"rng-rank{self.env.rank}.pt"
+        if rng_file.is_file() and saved_world == self.env.world_size:
+            set_rng_state(torch.load(rng_file, weights_only=False))
+        return TrainingState(**meta)
+
+    def load_weights(self, path: Path, model: nn.Module) -> None:
+        """Only the model weights of a checkpoint (e.g. the best one, at the end of fine-tuning)."""
+        if (path / "dcp").is_dir():
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+            target = {"model": get_model_state_dict(model)}
+            dcp.load(target, checkpoint_id=str(path / "dcp"))
+            set_model_state_dict(model, target["model"])
+        else:
+            _unwrapped(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+
+
+def _unwrapped(model: nn.Module) -> nn.Module:
+    inner = getattr(model, "module", model)
+    return getattr(inner, "_orig_mod", inner)

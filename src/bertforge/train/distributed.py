@@ -1,0 +1,156 @@
+"""Process groups and parallelism wrappers, applied to a model from the outside (torchtitan's lesson).
+
+The model code knows nothing of DDP, ZeRO or FSDP: `parallelize` wraps a built model according to
+`dist.*`. `torchrun` sets RANK / WORLD_SIZE / LOCAL_RANK; without them we run one process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bertforge.config import DistSection
+from bertforge.console import log
+from bertforge.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device_request: str) -> tuple[DistEnv, torch.device]:
+    """Join the torchrun process group (NCCL on GPUs, gloo on CPU) and pick this rank's device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_request == "auto":
+        device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    elif device_request == "cuda":
+        device = torch.device(f"cuda:{local_rank}")
+    else:
+        device = torch.device(device_request)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"`run.device` is {device_request!r} but no CUDA GPU is visible; use run.device=cpu")
+        torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank), device
+
+
+def shutdown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        # FSDP2 on gloo: without this barrier a rank can abort while its peer still talks to it
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(values: list[float], env: DistEnv, device: torch.device) -> list[float]:
+    if not env.distributed:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def any_rank(flag: bool, env: DistEnv, device: torch.device) -> bool:
+    """True on every rank if it is true on any rank: keeps NaN and stop decisions agreed."""
+    if not env.distributed:
+        return flag
+    tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item() > 0)
+
+
+def barrier(env: DistEnv) -> None:
+    if env.distributed:
+        dist.barrier()
+
+
+def apply_activation_checkpointing(layers: Sequence[nn.Module]) -> None:
+    """Recompute each layer's activations in backward: memory O(layers) -> O(1) layer's activations."""
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in layers:
+        original_forward = layer.forward
+
+        def checkpointed(*args: object, _forward=original_forward, **kwargs: object) -> object:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = checkpointed  # type: ignore[method-assign]
+
+
+def parallelize(model: nn.Module, layers: Sequence[nn.Module], section: DistSection, env: DistEnv,
+                device: torch.device, param_dtype: torch.dtype | None) -> nn.Module:
+    """Wrap the model for the chosen strategy; returns the module to call in the training loop."""
+    if section.activation_checkpointing:
+        if not layers:
+            log.warning("dist.activation_checkpointing is on but the model has no `layers` blocks; ignored")
+        apply_activation_checkpointing(layers)
+    if section.compile:
+        model = torch.compile(model)  # type: ignore[assignment]
+    if not env.distributed or section.strategy == "none":
+        return model
+    if section.strategy in ("ddp", "zero1"):
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+    if section.strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(device.type, (env.world_size,))
+        policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else \
+            MixedPrecisionPolicy()
+        for layer in layers:
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        return model
+    raise AssertionError(f"unhandled strategy {section.strategy}")
+
+
+def no_sync(model: nn.Module, last_micro_batch: bool) -> AbstractContextManager[object]:
+    """Skip the gradient all-reduce on all but the last micro-batch of a step (DDP / ZeRO-1)."""
+    if last_micro_batch:
+        return nullcontext()
+    if hasattr(model, "no_sync"):
+        return model.no_sync()  # type: ignore[no-any-return]
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+        model.set_requires_gradient_sync(False)
+        return _ResumeGradientSync(model)
+    return nullcontext()
+
+
+class _ResumeGradientSync:
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.set_requires_gradient_sync(True)  # type: ignore[operator]
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module inside DDP / torch.compile wrappers."""
+    inner = getattr(model, "module", model)
+    return getattr(inner, "_orig_mod", inner)

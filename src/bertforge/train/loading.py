@@ -1,0 +1,56 @@
+"""Turn a task's map-style dataset into a `ResumableLoader` sharded by the deterministic sampler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from bertforge.data.sampler import BatchGeometry, micro_batch_indices
+
+
+class _IndexBatches:
+    """The sampler as a DataLoader batch sampler; epoch-aware datasets receive (epoch, index)."""
+
+    def __init__(self, num_samples: int, geometry: BatchGeometry, seed: int, consumed_samples: int,
+                 shuffle: bool, epoch_aware: bool) -> None:
+        self.arguments = (num_samples, geometry)
+        self.seed, self.consumed_samples, self.shuffle, self.epoch_aware = seed, consumed_samples, shuffle, epoch_aware
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        num_samples, geometry = self.arguments
+        for epoch, indices in micro_batch_indices(num_samples, geometry, seed=self.seed,
+                                                  consumed_samples=self.consumed_samples, shuffle=self.shuffle):
+            yield [(epoch, int(i)) for i in indices] if self.epoch_aware else [int(i) for i in indices]
+
+
+class MapStyleLoader:
+    """Micro-batches of a map-style dataset for one rank; `iterate(consumed)` resumes exactly."""
+
+    def __init__(self, dataset: Dataset, collate: Callable[[list[Any]], dict[str, Any]], geometry: BatchGeometry,
+                 *, seed: int, num_workers: int = 0, shuffle: bool = True) -> None:
+        self.dataset, self.collate, self.geometry = dataset, collate, geometry
+        self.seed, self.num_workers, self.shuffle = seed, num_workers, shuffle
+        self.samples_per_epoch = len(dataset)  # type: ignore[arg-type]
+
+    def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
+        batches = _IndexBatches(self.samples_per_epoch, self.geometry, self.seed, consumed_samples, self.shuffle,
+                                epoch_aware=bool(getattr(self.dataset, "epoch_aware", False)))
+        # a private generator: DataLoader draws worker seeds from it, and drawing them from the
+        # global RNG would shift dropout after a resume and break bitwise-exact resumption
+        generator = torch.Generator().manual_seed(self.seed)
+        loader = DataLoader(self.dataset, batch_sampler=batches, collate_fn=self.collate,
+                            num_workers=self.num_workers, persistent_workers=False, generator=generator,
+                            prefetch_factor=4 if self.num_workers else None)
+        yield from loader
+
+
+def iterate_once(dataset: Dataset, collate: Callable[[list[Any]], dict[str, Any]], batch_size: int,
+                 limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """Evaluation batches in order, each sample once (optionally only the first `limit`)."""
+    total = len(dataset) if limit is None else min(limit, len(dataset))  # type: ignore[arg-type]
+    for start in range(0, total, batch_size):
+        with torch.no_grad():
+            yield collate([dataset[i] for i in range(start, min(start + batch_size, total))])

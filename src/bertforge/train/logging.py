@@ -1,0 +1,121 @@
+"""Where training metrics go: `metrics.jsonl` always; TensorBoard, W&B and MLflow when available.
+
+Only rank 0 writes. Each sink is the library's own API; a sink whose library is missing is
+skipped with one note instead of failing the run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from bertforge.config import Config, config_to_yaml
+from bertforge.console import console, log, progress_enabled
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, config: Config, enabled: bool) -> None:
+        self.enabled = enabled
+        self.path = run_dir / "metrics.jsonl"
+        self._tensorboard = self._wandb = self._mlflow = None
+        if not enabled:
+            return
+        if config.log.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tensorboard = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            except ImportError:
+                log.info("TensorBoard is not installed (pip install 'bertforge[tracking]'); skipping its logs")
+        if config.log.wandb_project:
+            try:
+                import wandb
+
+                self._wandb = wandb.init(project=config.log.wandb_project, name=config.run.name,
+                                         config=json.loads(json.dumps(_plain(config))), dir=str(run_dir))
+            except ImportError:
+                log.warning("log.wandb_project is set but wandb is not installed (pip install wandb); skipping W&B")
+        if config.log.mlflow_experiment:
+            try:
+                import mlflow
+
+                mlflow.set_experiment(config.log.mlflow_experiment)
+                self._mlflow = mlflow.start_run(run_name=config.run.name)
+                mlflow.log_text(config_to_yaml(config), "config.yaml")
+            except ImportError:
+                log.warning("log.mlflow_experiment is set but mlflow is not installed (pip install mlflow); skipping")
+
+    def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, "split": split, "time": round(time.time(), 3)} | {
+            key: float(value) for key, value in metrics.items()}
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self._tensorboard is not None:
+            for key, value in metrics.items():
+                self._tensorboard.add_scalar(f"{split}/{key}", float(value), step)
+            self._tensorboard.flush()
+        if self._wandb is not None:
+            self._wandb.log({f"{split}/{key}": float(value) for key, value in metrics.items()}, step=step)
+        if self._mlflow is not None:
+            import mlflow
+
+            mlflow.log_metrics({f"{split}_{key}": float(value) for key, value in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self._mlflow is not None:
+            import mlflow
+
+            mlflow.end_run()
+
+
+def _plain(config: Config) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(config))
+
+
+class TrainingProgress:
+    """A rich bar: step, loss, lr, tokens/s and ETA. Silent on other ranks and with --quiet."""
+
+    def __init__(self, total_steps: int | None, enabled: bool) -> None:
+        self.enabled = enabled and progress_enabled()
+        self._progress = Progress(
+            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False, disable=not self.enabled)
+        self._task = self._progress.add_task("train", total=total_steps, stats="")
+
+    def __enter__(self) -> TrainingProgress:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def update(self, step: int, stats: dict[str, float]) -> None:
+        text = "  ".join(_format(key, value) for key, value in stats.items())
+        self._progress.update(self._task, completed=step, stats=text)
+
+
+def _format(key: str, value: float) -> str:
+    if key == "lr":
+        return f"lr {value:.2e}"
+    if key.endswith("per_s"):
+        return f"{key.replace('_per_s', '/s')} {value:,.0f}"
+    return f"{key} {value:.4f}"

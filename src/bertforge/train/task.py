@@ -1,0 +1,119 @@
+"""The white-box API: a `Task` says what to train; the `Trainer` says how.
+
+A task builds its data and model and computes a loss from a batch. Everything about devices,
+precision, accumulation, parallelism, checkpoints and logging belongs to the trainer, so a user's
+own task is one small class in one file (`bertforge train --task my_task.py:MyTask CONFIG`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from bertforge.config import Config
+
+Batch = dict[str, Any]
+
+
+class ResumableLoader(Protocol):
+    """Micro-batches for one rank, epoch after epoch, starting after `consumed_samples`."""
+
+    samples_per_epoch: int
+
+    def iterate(self, consumed_samples: int) -> Iterator[Batch]: ...
+
+
+@dataclass
+class TaskData:
+    """What a task's `build_datasets` returns.
+
+    `train` is either a map-style dataset (anything with `__len__` and `__getitem__`) that the
+    trainer batches with `collate` and shards with the deterministic sampler, or a factory
+    `geometry -> ResumableLoader` for tasks that bring their own loader (pre-training).
+    Validation data is a map-style dataset batched with `collate`, or ready `validation_batches`
+    (a list or any re-iterable of batches).
+    """
+
+    train: Any
+    collate: Callable[[list[Any]], Batch] | None = None
+    validation: Any = None
+    validation_batches: Iterable[Batch] | None = None
+    tokens_per_sample: float | None = None  # average real tokens per training sample, for token budgets
+
+
+class Task:
+    """Subclass and override `build_datasets`, `build_model` and `forward_step`."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    # --- required -------------------------------------------------------------------------------
+
+    def build_datasets(self) -> TaskData:
+        raise NotImplementedError(f"{type(self).__name__} must implement build_datasets()")
+
+    def build_model(self) -> nn.Module:
+        raise NotImplementedError(f"{type(self).__name__} must implement build_model()")
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of one micro-batch and metrics to log.
+
+        If `loss_units` is overridden, return the *sum* of the loss over those units and divide it
+        by `batch["global_loss_units"][unit]` — the total over every micro-batch and rank of the
+        step, filled in by the trainer — so the loss is normalised over the whole global batch.
+        Otherwise return the mean loss of the micro-batch; the trainer averages micro-batches.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement forward_step()")
+
+    # --- optional -------------------------------------------------------------------------------
+
+    def loss_units(self, batch: Batch) -> dict[str, float] | None:
+        """Counts the loss is averaged over (e.g. {"masked_tokens": 37}); None = mean per micro-batch."""
+        return None
+
+    def tokens_in_batch(self, batch: Batch) -> int:
+        """Real (non-padding) tokens in a micro-batch, for throughput and token budgets."""
+        input_ids = batch.get("input_ids")
+        if input_ids is None:
+            return 0
+        if "attention_mask" in batch:
+            return int(batch["attention_mask"].sum())
+        return int(input_ids.numel())
+
+    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        """Validation metrics over the batches; by default the mean of forward_step's loss."""
+        total, count = 0.0, 0
+        for batch in batches:
+            loss, _ = self.forward_step(batch, model)
+            total, count = total + float(loss), count + 1
+        return {"loss": total / max(count, 1)}
+
+    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer | None:
+        """Return an optimizer to replace the configured one; None keeps `optim.*`."""
+        return None
+
+    def parameter_groups(self, model: nn.Module) -> list[dict[str, Any]] | None:
+        """Weight-decay groups; None = the trainer's default (no decay on biases and norms)."""
+        return None
+
+    def flops_per_token(self, model: nn.Module) -> float | None:
+        """Training FLOPs per real token (forward + backward), for model-FLOPs utilisation."""
+        return None
+
+    def layer_modules(self, model: nn.Module) -> Sequence[nn.Module]:
+        """The repeated blocks, for per-layer activation checkpointing and FSDP sharding."""
+        layers: list[nn.Module] = []
+        for name, module in model.named_modules():
+            if isinstance(module, nn.ModuleList) and name.split(".")[-1] == "layers":
+                layers.extend(module)
+        return layers
+
+    def save_final(self, model: nn.Module, directory: Path) -> None:
+        """Write the final model (rank 0 only); by default the raw state dict."""
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), directory / "model.pt")

@@ -1,0 +1,423 @@
+"""The training loop: any `Task`, one config, one CPU / GPU / torchrun job.
+
+Readable top to bottom: set up (process group, seed, model, parallelism, optimizer, resume), then
+`fit` runs optimizer steps until the budget is spent. Each step reads `accumulation_steps`
+micro-batches, counts the task's loss units over the whole global batch first (so an MLM loss is
+averaged over the masked tokens of the global batch, not per micro-batch), synchronises gradients
+only on the last micro-batch, and agrees across ranks on a non-finite loss or a stop signal.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.config import Config, save_config
+from bertforge.console import log
+from bertforge.data.sampler import BatchGeometry, steps_per_epoch
+from bertforge.errors import BertforgeError, ConfigError
+from bertforge.train import distributed as D
+from bertforge.train.checkpoint import CheckpointManager, TrainingState
+from bertforge.train.loading import MapStyleLoader, iterate_once
+from bertforge.train.logging import MetricsLogger, TrainingProgress
+from bertforge.train.optim import (
+    build_optimizer,
+    default_parameter_groups,
+    lr_factor,
+    optimizer_class_and_options,
+    set_learning_rate,
+)
+from bertforge.train.precision import Precision, resolve_precision
+from bertforge.train.task import Batch, Task, TaskData
+
+
+@dataclass
+class FitResult:
+    run_dir: Path
+    state: TrainingState
+    stopped_by: str  # budget | early_stopping | signal | nan
+
+
+class Trainer:
+    def __init__(self, config: Config, task: Task) -> None:
+        self.config, self.task = config, task
+        self.env, self.device = D.init_distributed(config.run.device)
+        self.run_dir = Path(config.run.output_dir) / config.run.name
+        self.precision: Precision = resolve_precision(config.train.precision, self.device, config.train.tf32)
+        self.geometry = BatchGeometry(config.train.micro_batch_size, config.train.global_batch_size,
+                                      self.env.world_size, self.env.rank)
+        self._stop_signal: int | None = None
+
+    # --- set-up ---------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        config = self.config
+        if self.env.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(config, self.run_dir / "config.yaml")
+        torch.manual_seed(config.run.seed)  # the same initial weights on every rank
+        self.data: TaskData = self.task.build_datasets()
+        model = self.task.build_model().to(self.device)
+        self.layers = list(self.task.layer_modules(model))
+        self.model = D.parallelize(model, self.layers, config.dist, self.env, self.device,
+                                   self.precision.fsdp_param_dtype)
+        self.raw_model = model
+        torch.manual_seed(config.run.seed + 1000 * self.env.rank)  # dropout differs across ranks
+        self.optimizer = self._build_optimizer(model)
+        self.scaler = self.precision.grad_scaler(self.device)
+        self.train_loader = self._train_loader()
+        self.checkpoints = CheckpointManager(self.run_dir, self.env, config.train.keep_last)
+        self.metrics = MetricsLogger(self.run_dir, config, enabled=self.env.is_main)
+
+    def _build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        custom = self.task.build_optimizer(self.model)
+        if custom is not None:
+            return custom
+        groups = self.task.parameter_groups(model) or default_parameter_groups(model, self.config.optim.weight_decay)
+        if self.config.dist.strategy == "zero1" and self.env.distributed:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            # ZeRO-1: each rank keeps the optimizer state of its own shard of the parameters
+            optimizer_class, options = optimizer_class_and_options(self.config.optim, self.device)
+            return ZeroRedundancyOptimizer(groups, optimizer_class=optimizer_class, **options)
+        return build_optimizer(self.config.optim, groups, self.device)
+
+    def _train_loader(self) -> Any:
+        train = self.data.train
+        if not hasattr(train, "__getitem__"):  # a loader factory from the task
+            return train(self.geometry)
+        if self.data.collate is None:
+            raise ConfigError(f"{type(self.task).__name__}.build_datasets returned a dataset without `collate`")
+        return MapStyleLoader(train, self.data.collate, self.geometry, seed=self.config.run.seed,
+                              num_workers=self.config.data.num_workers)
+
+    def _validation_batches(self) -> Any:
+        if self.data.validation_batches is not None:
+            return self.data.validation_batches
+        if self.data.validation is None:
+            return None
+        if self.data.collate is None:
+            raise ConfigError(f"{type(self.task).__name__}.build_datasets returned validation data without `collate`")
+        return list(iterate_once(self.data.validation, self.data.collate, self.config.train.micro_batch_size,
+                                 self.config.data.validation_samples))
+
+    # --- budget ---------------------------------------------------------------------------------
+
+    def _total_steps(self) -> int | None:
+        train = self.config.train
+        per_epoch = steps_per_epoch(self.train_loader.samples_per_epoch, train.global_batch_size)
+        candidates = []
+        if train.max_steps is not None:
+            candidates.append(train.max_steps)
+        if train.max_epochs is not None:
+            candidates.append(max(1, math.ceil(train.max_epochs * per_epoch)))
+        if train.max_tokens is not None and self.data.tokens_per_sample:
+            candidates.append(max(1, math.ceil(train.max_tokens / (self.data.tokens_per_sample * train.global_batch_size))))
+        if not candidates and train.max_tokens is None and train.max_time_minutes is None:
+            raise ConfigError("no training budget: set one of train.max_steps, train.max_epochs, "
+                              "train.max_tokens or train.max_time_minutes")
+        return min(candidates) if candidates else None
+
+    def _budget_spent(self, state: TrainingState, total_steps: int | None) -> bool:
+        train = self.config.train
+        if total_steps is not None and state.step >= total_steps:
+            return True
+        if train.max_tokens is not None and state.consumed_tokens >= train.max_tokens:
+            return True
+        return train.max_time_minutes is not None and state.elapsed_seconds >= train.max_time_minutes * 60
+
+    def _progress_fraction(self, state: TrainingState) -> float | None:
+        """Wall-clock budgets key the schedule to elapsed time (Cramming)."""
+        if self.config.train.max_time_minutes is None or self.config.train.max_steps is not None:
+            return None
+        return state.elapsed_seconds / (self.config.train.max_time_minutes * 60)
+
+    # --- resume ---------------------------------------------------------------------------------
+
+    def _resume(self) -> TrainingState:
+        request = self.config.run.resume
+        if request == "never":
+            if self.checkpoints.complete_checkpoints():
+                raise ConfigError(f"run directory {self.run_dir} already holds checkpoints and run.resume=never; "
+                                  "set run.resume=auto to continue it or choose another run.name")
+            return TrainingState()
+        path = self.checkpoints.latest() if request == "auto" else Path(request)
+        if path is None:
+            return TrainingState()
+        state = self.checkpoints.load(path, self.model, self.optimizer, self.scaler)
+        log.info(f"resumed from {path} (step {state.step}, {state.consumed_samples:,} samples seen)")
+        if self.env.is_main:
+            _truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
+        return state
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def fit(self) -> FitResult:
+        self._build()
+        config = self.config
+        state = self._resume()
+        total_steps = self._total_steps()
+        validation = self._validation_batches()
+        batches = self.train_loader.iterate(state.consumed_samples)
+        flops_per_token = self.task.flops_per_token(self.raw_model)
+        self._install_signal_handlers()
+        evaluations_without_improvement = 0
+        stopped_by = "budget"
+        window = _Window()
+        log.info(f"training in {self.run_dir}: {self.env.world_size} process(es) on {self.device.type}, "
+                 f"{self.precision.name}, global batch {config.train.global_batch_size} = "
+                 f"{config.train.micro_batch_size} × {self.env.world_size} × {self.geometry.accumulation_steps} "
+                 f"accumulation, {total_steps if total_steps is not None else 'budgeted'} steps")
+        with TrainingProgress(total_steps, enabled=self.env.is_main and config.log.progress) as progress:
+            progress.update(state.step, {})
+            while not self._budget_spent(state, total_steps):
+                started = time.perf_counter()
+                loss, metrics, tokens, non_finite = self._train_step(batches, state, total_steps)
+                stop_requested = D.any_rank(self._stop_signal is not None, self.env, self.device)
+                state.step += 1
+                state.consumed_samples += config.train.global_batch_size
+                state.consumed_tokens += tokens
+                state.elapsed_seconds += time.perf_counter() - started
+                if non_finite:
+                    stopped_by = self._handle_non_finite(state, loss)
+                    if stopped_by == "nan":
+                        break
+                else:
+                    window.add(loss, metrics, tokens, config.train.global_batch_size, time.perf_counter() - started)
+                if state.step % config.train.log_every == 0 or self._budget_spent(state, total_steps):
+                    stats = window.flush(flops_per_token, self.precision.peak_flops(self.device)) | {
+                        "lr": self.optimizer.param_groups[0]["lr"]}
+                    self.metrics.write(state.step, "train", stats)
+                    progress.update(state.step, {k: stats[k] for k in ("loss", "lr", "tokens_per_s") if k in stats})
+                else:
+                    progress.update(state.step, {})
+                if self._should_evaluate(state, total_steps) and validation is not None:
+                    improved = self._evaluate(validation, state)
+                    evaluations_without_improvement = 0 if improved else evaluations_without_improvement + 1
+                    patience = config.train.early_stopping_patience
+                    if patience is not None and config.train.best_metric and evaluations_without_improvement >= patience:
+                        log.info(f"early stopping at step {state.step}: no improvement of "
+                                 f"{config.train.best_metric} in {patience} evaluations")
+                        stopped_by = "early_stopping"
+                        break
+                if config.train.checkpoint_every and state.step % config.train.checkpoint_every == 0:
+                    self.checkpoints.save(self.model, self.optimizer, self.scaler, state)
+                if stop_requested:
+                    stopped_by = "signal"
+                    break
+        if stopped_by != "nan":
+            latest = self.checkpoints.latest()
+            if latest is None or latest.name != f"step-{state.step:08d}":
+                self.checkpoints.save(self.model, self.optimizer, self.scaler, state)
+        if stopped_by == "signal":
+            log.warning(f"stopped by a signal; checkpoint saved at step {state.step}. "
+                        "Run the same command again to resume (run.resume=auto).")
+        elif stopped_by != "nan":
+            self._finish(state)
+        self.metrics.close()
+        D.shutdown_distributed()
+        if stopped_by == "nan":
+            raise BertforgeError(f"non-finite loss at step {state.step} (train.nan_policy=stop); lower optim.lr, "
+                                 "enable optim.clip_grad_norm or use precision fp32/bf16, then resume from the "
+                                 "last checkpoint")
+        return FitResult(self.run_dir, state, stopped_by)
+
+    def _train_step(self, batches: Iterator[Batch], state: TrainingState,
+                    total_steps: int | None) -> tuple[float, dict[str, float], int, bool]:
+        config = self.config
+        factor = lr_factor(config.schedule, step=state.step, total_steps=total_steps or 1,
+                           progress=self._progress_fraction(state))
+        set_learning_rate(self.optimizer, config.optim.lr, factor)
+        micro_batches = [_to_device(next(batches), self.device) for _ in range(self.geometry.accumulation_steps)]
+        units = [self.task.loss_units(batch) for batch in micro_batches]
+        uses_units = units[0] is not None
+        if uses_units:
+            keys = sorted(units[0])  # type: ignore[arg-type]
+            totals = D.all_reduce_sum([sum(u[k] for u in units) for k in keys], self.env, self.device)  # type: ignore[index]
+            global_units = {k: max(v, 1.0) for k, v in zip(keys, totals, strict=True)}
+            for batch in micro_batches:
+                batch["global_loss_units"] = global_units
+        self.model.train()
+        step_loss, step_metrics = 0.0, {}
+        for index, batch in enumerate(micro_batches):
+            last = index == len(micro_batches) - 1
+            with D.no_sync(self.model, last), self.precision.autocast(self.device):
+                loss, metrics = self.task.forward_step(batch, self.model)
+                # gradients are averaged over ranks by DDP/FSDP; a loss already normalised over the
+                # global batch must be scaled back up, a per-micro-batch mean divided by accumulation
+                scaled = loss * self.env.world_size if uses_units else loss / len(micro_batches)
+            self.scaler.scale(scaled).backward() if self.scaler else scaled.backward()
+            step_loss += float(scaled.detach()) / (self.env.world_size if uses_units else 1)
+            for key, value in metrics.items():
+                step_metrics[key] = step_metrics.get(key, 0.0) + float(value) / len(micro_batches)
+        tokens = sum(self.task.tokens_in_batch(batch) for batch in micro_batches)
+        loss_sum, token_sum, bad = D.all_reduce_sum([step_loss, float(tokens), 0.0 if math.isfinite(step_loss) else 1.0],
+                                                    self.env, self.device)
+        global_loss = loss_sum if uses_units else loss_sum / self.env.world_size
+        non_finite = bad > 0
+        if not non_finite:
+            if self.scaler:
+                self.scaler.unscale_(self.optimizer)
+            if config.optim.clip_grad_norm is not None:
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.optim.clip_grad_norm)
+                norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+                step_metrics["grad_norm"] = norm_value
+                if not math.isfinite(norm_value) and not self.scaler:
+                    non_finite = True
+            if not non_finite:
+                if self.scaler:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return global_loss, step_metrics, int(token_sum), non_finite
+
+    def _handle_non_finite(self, state: TrainingState, loss: float) -> str:
+        policy = self.config.train.nan_policy
+        state.skipped_steps += 1
+        self.metrics.write(state.step, "train", {"non_finite_loss": 1.0, "skipped_steps": state.skipped_steps})
+        if policy == "stop":
+            log.error(f"non-finite loss ({loss}) at step {state.step}; stopping (train.nan_policy=stop)")
+            return "nan"
+        if policy == "rollback":
+            latest = self.checkpoints.latest()
+            if latest is None:
+                log.error(f"non-finite loss at step {state.step} and no checkpoint to roll back to; stopping")
+                return "nan"
+            restored = self.checkpoints.load(latest, self.model, self.optimizer, self.scaler)
+            log.warning(f"non-finite loss ({loss}) at step {state.step}: rolled weights and optimizer back to "
+                        f"{latest.name}; the offending batches are skipped (data position kept)")
+            state.best_metric, state.best_step = restored.best_metric, restored.best_step
+            return "budget"
+        log.warning(f"non-finite loss ({loss}) at step {state.step}: update skipped "
+                    f"({state.skipped_steps} so far; train.nan_policy=skip)")
+        return "budget"
+
+    def _should_evaluate(self, state: TrainingState, total_steps: int | None) -> bool:
+        every = self.config.train.eval_every
+        if every is not None and state.step % every == 0:
+            return True
+        per_epoch = steps_per_epoch(self.train_loader.samples_per_epoch, self.config.train.global_batch_size)
+        if every is None and per_epoch and state.step % per_epoch == 0:
+            return True
+        return self._budget_spent(state, total_steps)
+
+    def _evaluate(self, validation: Any, state: TrainingState) -> bool:
+        self.model.eval()
+        with torch.no_grad(), self.precision.autocast(self.device):
+            results = self.task.evaluate(self.model, validation)
+        self.metrics.write(state.step, "validation", results)
+        state.metrics = {k: float(v) for k, v in results.items()}
+        summary = "  ".join(f"{k} {v:.4f}" for k, v in results.items())
+        log.info(f"step {state.step} validation: {summary}")
+        metric = self.config.train.best_metric
+        if metric is None:
+            return False
+        if metric not in results:
+            raise ConfigError(f"`train.best_metric` is {metric!r} but evaluation reports only "
+                              f"{', '.join(sorted(results))}; pick one of those")
+        value = float(results[metric])
+        better = state.best_metric is None or (
+            value > state.best_metric if self.config.train.best_mode == "max" else value < state.best_metric)
+        if better:
+            state.best_metric, state.best_step = value, state.step
+            self.checkpoints.save(self.model, self.optimizer, self.scaler, state, best=True)
+        return better
+
+    def _finish(self, state: TrainingState) -> None:
+        """Reload the best checkpoint when one is tracked, then write `final/` in HF format."""
+        best_marker = self.checkpoints.directory / "best"
+        if self.config.train.best_metric and best_marker.is_file():
+            best = self.checkpoints.directory / best_marker.read_text(encoding="utf-8").strip()
+            self.checkpoints.load_weights(best, self.model)
+            log.info(f"reloaded the best checkpoint {best.name} ({self.config.train.best_metric} = {state.best_metric})")
+        full_state = _full_state_dict(self.model)
+        if self.env.is_main:
+            final_model = self.raw_model
+            if full_state is not None:  # FSDP: rebuild an unsharded copy on rank 0
+                final_model = self.task.build_model()
+                final_model.load_state_dict(full_state)
+            self.task.save_final(final_model, self.run_dir / "final")
+            log.info(f"final model written to {self.run_dir / 'final'}")
+        D.barrier(self.env)
+
+    # --- signals --------------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        def request_stop(signum: int, _frame: object) -> None:
+            self._stop_signal = signum
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                signal.signal(signum, request_stop)
+            except ValueError:  # not the main thread (e.g. inside a notebook executor)
+                pass
+
+
+class _Window:
+    """Averages between two log lines: loss, task metrics, throughput."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps, self.loss, self.tokens, self.samples, self.seconds = 0, 0.0, 0, 0, 0.0
+        self.metrics: dict[str, float] = {}
+
+    def add(self, loss: float, metrics: dict[str, float], tokens: int, samples: int, seconds: float) -> None:
+        self.steps += 1
+        self.loss += loss
+        self.tokens += tokens
+        self.samples += samples
+        self.seconds += seconds
+        for key, value in metrics.items():
+            self.metrics[key] = self.metrics.get(key, 0.0) + value
+
+    def flush(self, flops_per_token: float | None, peak_flops: float | None) -> dict[str, float]:
+        if self.steps == 0:
+            return {}
+        seconds = max(self.seconds, 1e-9)
+        stats = {"loss": self.loss / self.steps} | {k: v / self.steps for k, v in self.metrics.items()} | {
+            "tokens_per_s": self.tokens / seconds, "samples_per_s": self.samples / seconds}
+        if flops_per_token:
+            achieved = flops_per_token * self.tokens / seconds
+            stats["model_tflops"] = achieved / 1e12
+            if peak_flops:
+                stats["mfu"] = achieved / peak_flops
+        self.reset()
+        return stats
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    if device.type == "cpu":
+        return batch
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _full_state_dict(model: nn.Module) -> dict[str, torch.Tensor] | None:
+    """Under FSDP2 gather the full weights (a collective: every rank calls it); else None."""
+    if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """After a resume, drop log lines of steps that are about to be trained again."""
+    import json
+
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step]
+    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")

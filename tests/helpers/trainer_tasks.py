@@ -1,0 +1,60 @@
+"""Tasks used by the trainer tests: the bag-of-words example task with test-only twists.
+
+They live in a file (not in the test module) because `bertforge train --task FILE:CLASS` and
+torchrun workers load them by path, exactly as they load a user's task.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "tasks"))
+from bag_of_words import BagOfWordsSupersense  # noqa: E402
+
+from bertforge.train.task import Batch  # noqa: E402
+
+
+class NoDropout(BagOfWordsSupersense):
+    """Deterministic across process counts: no dropout, so 1 and 2 ranks see the same function."""
+
+    dropout = 0.0
+    train_rows = 1024
+
+
+class SmallWithDropout(BagOfWordsSupersense):
+    """Dropout on, so exact resume also needs the RNG states restored."""
+
+    dropout = 0.3
+    train_rows = 1024
+
+
+class StopsItselfWithSigterm(SmallWithDropout):
+    """Sends itself SIGTERM during the forward pass of step `BERTFORGE_TEST_SIGTERM_AT`."""
+
+    calls = 0
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        StopsItselfWithSigterm.calls += 1
+        if model.training and StopsItselfWithSigterm.calls == int(os.environ["BERTFORGE_TEST_SIGTERM_AT"]):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().forward_step(batch, model)
+
+
+class InjectsNaN(SmallWithDropout):
+    """Returns a NaN loss at training micro-batch number `BERTFORGE_TEST_NAN_AT` (1-based)."""
+
+    calls = 0
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, metrics = super().forward_step(batch, model)
+        if model.training:
+            InjectsNaN.calls += 1
+            if InjectsNaN.calls == int(os.environ["BERTFORGE_TEST_NAN_AT"]):
+                loss = loss * float("nan")
+        return loss, metrics

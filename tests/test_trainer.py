@@ -1,0 +1,155 @@
+"""The trainer on a user-defined task: budgets, checkpoints, exact resume, faults, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge.config import load_config
+from bertforge.errors import BertforgeError
+from bertforge.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "tests" / "helpers" / "trainer_tasks.py"
+sys.path.insert(0, str(ROOT))
+from tests.helpers import trainer_tasks  # noqa: E402
+
+BASE = ["optim.lr=3e-2", "optim.weight_decay=0.0", "schedule.name=cosine", "schedule.warmup=2",
+        "train.micro_batch_size=32", "train.global_batch_size=64", "train.max_steps=12", "train.log_every=1",
+        "train.eval_every=4", "data.num_workers=0", "log.progress=false", "log.tensorboard=false"]
+
+
+def config_for(run_dir: Path, *extra: str):
+    return load_config(None, [*BASE, f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", *extra])
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "final" / "model.pt", weights_only=True)
+
+
+def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs"
+
+
+def metrics(run_dir: Path, split: str = "train") -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if record["split"] == split]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "uninterrupted"
+    Trainer(config_for(run_dir), trainer_tasks.SmallWithDropout(config_for(run_dir))).fit()
+    return run_dir
+
+
+def test_run_directory_holds_config_metrics_checkpoints_and_final_model(uninterrupted: Path) -> None:
+    assert (uninterrupted / "config.yaml").is_file()
+    assert load_config(uninterrupted / "config.yaml").train.max_steps == 12
+    train = metrics(uninterrupted)
+    assert [r["step"] for r in train] == list(range(1, 13))
+    assert all({"loss", "lr", "tokens_per_s", "samples_per_s"} <= r.keys() for r in train)
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert len(metrics(uninterrupted, "validation")) == 3
+    assert (uninterrupted / "checkpoints" / "latest").read_text() == "step-00000012"
+    assert (uninterrupted / "final" / "model.pt").is_file()
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_matches_uninterrupted_run(uninterrupted: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / "interrupted"
+    monkeypatch.setenv("BERTFORGE_TEST_SIGTERM_AT", str(2 * 5))  # 2 micro-batches per step: during step 5
+    trainer_tasks.StopsItselfWithSigterm.calls = 0
+    result = Trainer(config_for(run_dir), trainer_tasks.StopsItselfWithSigterm(config_for(run_dir))).fit()
+    assert result.stopped_by == "signal" and result.state.step == 5
+    assert not (run_dir / "final").exists()
+    assert (run_dir / "checkpoints" / "latest").read_text() == "step-00000005"
+    resumed = Trainer(config_for(run_dir), trainer_tasks.SmallWithDropout(config_for(run_dir))).fit()
+    assert resumed.state.step == 12 and resumed.stopped_by == "budget"
+    assert_bitwise_equal(final_weights(run_dir), final_weights(uninterrupted))
+    assert [r["step"] for r in metrics(run_dir)] == list(range(1, 13))  # no duplicated log lines
+
+
+def test_kill_9_at_random_moments_then_resume_matches_uninterrupted_run(uninterrupted: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    command = [sys.executable, "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:SmallWithDropout",
+               "--print-config"]
+    overrides = [*BASE, f"run.output_dir={tmp_path}", "run.name=killed", "train.checkpoint_every=1",
+                 "train.keep_last=2"]
+    command = command[:-1] + ["-"] if False else command[:-1]
+    config_file = tmp_path / "killed.yaml"
+    from bertforge.config import config_to_yaml
+    config_file.write_text(config_to_yaml(load_config(None, overrides)))
+    command = [*command, str(config_file)]
+    rng = random.Random(1234)
+    kills = 0
+    for _ in range(3):
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        latest = run_dir / "checkpoints" / "latest"
+        start = latest.read_text() if latest.exists() else ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if latest.exists() and latest.read_text() != start:
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.4))  # somewhere in a step or in a checkpoint write
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait()
+    assert kills >= 1
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert_bitwise_equal(final_weights(run_dir), final_weights(uninterrupted))
+    leftovers = list((run_dir / "checkpoints").glob(".tmp-*"))
+    assert leftovers == []
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop", "rollback"])
+def test_non_finite_loss_policies(policy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / policy
+    monkeypatch.setenv("BERTFORGE_TEST_NAN_AT", str(2 * 6 - 1))  # the first micro-batch of step 6
+    trainer_tasks.InjectsNaN.calls = 0
+    config = config_for(run_dir, f"train.nan_policy={policy}", "train.checkpoint_every=2")
+    if policy == "stop":
+        with pytest.raises(BertforgeError, match="non-finite loss at step 6"):
+            Trainer(config, trainer_tasks.InjectsNaN(config)).fit()
+        assert not (run_dir / "final").exists()
+        return
+    result = Trainer(config, trainer_tasks.InjectsNaN(config)).fit()
+    assert result.state.step == 12 and result.state.skipped_steps == 1
+    flagged = [r for r in metrics(run_dir) if r.get("non_finite_loss")]
+    assert [r["step"] for r in flagged] == [6]
+    assert all(torch.isfinite(t).all() for t in final_weights(run_dir).values())
+
+
+def test_global_batch_must_divide_into_micro_batches(tmp_path: Path) -> None:
+    config = config_for(tmp_path / "bad", "train.global_batch_size=48", "train.micro_batch_size=32")
+    with pytest.raises(BertforgeError, match="must be a multiple"):
+        Trainer(config, trainer_tasks.SmallWithDropout(config))
+
+
+def test_cli_train_runs_a_user_task_file_and_reports_bad_input(tmp_path: Path) -> None:
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    ok = subprocess.run([sys.executable, "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:NoDropout",
+                         str(ROOT / "examples" / "tasks" / "bag_of_words.yaml"), f"run.output_dir={tmp_path}",
+                         "train.max_steps=3", "log.progress=false"],
+                        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "bag-of-words" / "final").is_dir()
+    bad = subprocess.run([sys.executable, "-m", "bertforge.cli", "train", "--task", f"{TASKS}:Missing",
+                          str(ROOT / "examples" / "tasks" / "bag_of_words.yaml")],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2
+    assert "has no class 'Missing'" in bad.stderr and "Traceback" not in bad.stderr
