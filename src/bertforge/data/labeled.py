@@ -4,8 +4,10 @@ Why hand-written readers instead of `datasets.load_dataset("csv", ...)`: a user'
 more often than not (a .csv that is really tab-separated, an empty cell, "5 stars" in a numeric
 column, Latin-1 bytes), and the fix is quick only when the error names the file and the line.
 pandas/arrow report a byte offset or nothing. So csv/tsv/jsonl/parquet are read here row by row
-with their row numbers; Hugging Face datasets (saved with `save_to_disk`, or a hub name / local
-dataset repo through the real `datasets.load_dataset`) go through `datasets` and are numbered by row.
+with their row numbers; Hugging Face datasets (saved with `save_to_disk`, or `hf:NAME` / a local
+dataset repository through the real `datasets.load_dataset`) go through `datasets`, numbered by row.
+(`bertforge.data.sources` reads the same formats for pre-training documents, leniently and
+streaming; labeled rows need the opposite: every row checked, every error a stop.)
 
 Conventions:
 - `.tsv` (or `delimiter: "\\t"`) is read with csv quoting off, the GLUE convention: a tab-separated
@@ -27,6 +29,7 @@ import functools
 import gzip
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,7 +52,9 @@ TASK_TYPES = ("classification", "regression")
 FILE_FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 EXTENSION_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 DELIMITER_NAMES = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}
-SAVED_DATASET_MARKERS = ("dataset_dict.json", "state.json")
+SAVED_DATASET_MARKERS = ("dataset_dict.json", "dataset_info.json", "state.json")
+HUB_PREFIX = "hf:"
+INTEGER = re.compile(r"-?[0-9]+")
 TOKENIZE_CHUNK = 8192  # examples per `encode_batch` call: big enough to keep the Rust threads busy
 
 
@@ -153,7 +158,8 @@ def _jsonl_records(path: Path) -> Records:
         records = Records(str(path), [], list(enumerate(array, start=1)), unit="row")
     else:
         objects = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        # split on "\n" only: str.splitlines would also break inside strings holding U+2028 or \x0c
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
@@ -202,10 +208,12 @@ def _hf_records(dataset: Any, source: str, wanted: Sequence[str]) -> Records:
     return Records(source, columns, _numbered_columns(table), unit="row")
 
 
-def _split_spec(source: str, split: str) -> tuple[str, str | None, str]:
-    """`name[:config][@split]` -> (name, config, split); hub names contain neither ':' nor '@'."""
-    name, _, explicit_split = source.partition("@")
-    name, _, config = name.partition(":")
+def _hub_spec(spec: str, split: str) -> tuple[str, str | None, str]:
+    """`NAME[:CONFIG][@SPLIT]` -> (name, config, split), as `bertforge.data.sources` reads `hf:` inputs."""
+    name, _, explicit_split = spec.partition("@")
+    config = None
+    if not name.startswith(("/", ".", "~")):  # a local path may contain ':'; a hub name may not
+        name, _, config = name.partition(":")
     return name, config or None, explicit_split or split
 
 
@@ -229,7 +237,7 @@ def _load_hub_dataset(name: str, config: str | None, split: str, source: str) ->
     except (ValueError, KeyError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DataError(f"{source}: could not load split {split!r} with datasets.load_dataset ({message}); "
-                        "check the dataset name, config (NAME:CONFIG) and split (NAME@SPLIT)") from None
+                        f"check the dataset name, config and split ({HUB_PREFIX}NAME[:CONFIG][@SPLIT])") from None
     except Exception as error:  # network, hub and file-pattern errors have no common base class
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DataError(f"{source}: could not load it with datasets.load_dataset ({type(error).__name__}: "
@@ -240,25 +248,27 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
                  columns: Sequence[str] = ()) -> Records:
     """Open any supported source.
 
-    `source` is a csv/tsv/jsonl/json/parquet file (optionally .gz), a directory saved with
-    `Dataset.save_to_disk` (a DatasetDict one takes `split`, or `DIR@SPLIT`), a local dataset
-    repository, or a Hugging Face hub name (`NAME[:CONFIG][@SPLIT]`). `columns` lists the columns
-    that will be used, so columnar formats read only those.
+    `source` is a csv/tsv/jsonl/json/parquet file (optionally .gz); a directory saved with
+    `save_to_disk` (a DatasetDict one gives `split`, or the split named as `DIR@SPLIT`); another
+    directory, read by `datasets.load_dataset` as a local dataset repository; or a hub dataset
+    `hf:NAME[:CONFIG][@SPLIT]` (the syntax of `bertforge prepare` inputs). `columns` lists the
+    columns that will be used, so columnar formats read only those.
     """
     text = str(source)
-    path = Path(text)
-    if not path.exists():
-        name, config, split = _split_spec(text, split)
-        if Path(name).is_dir():
-            path = Path(name)
-        elif _file_format(path)[0] is not None or text.startswith((".", "/", "~")):
-            raise DataError(f"{text}: no such file; check the path (relative paths start from {Path.cwd()})")
-        else:
-            return _hf_records(_load_hub_dataset(name, config, split, text), text, columns)
+    if text.startswith(HUB_PREFIX):
+        name, config, split = _hub_spec(text[len(HUB_PREFIX):], split)
+        return _hf_records(_load_hub_dataset(name, config, split, text), text, columns)
+    path = Path(text).expanduser()
+    if not path.exists() and "@" in text and Path(text.rpartition("@")[0]).expanduser().is_dir():
+        directory, _, split = text.rpartition("@")
+        path = Path(directory).expanduser()
     if path.is_dir():
         if any((path / marker).is_file() for marker in SAVED_DATASET_MARKERS):
             return _hf_records(_load_saved_dataset(path, split, text), text, columns)
         return _hf_records(_load_hub_dataset(str(path), None, split, text), text, columns)
+    if not path.exists():
+        raise DataError(f"{text}: no such file or directory (relative paths start from {Path.cwd()}); for a "
+                        f"Hugging Face hub dataset write {HUB_PREFIX}NAME[:CONFIG][@SPLIT]")
     file_format, extension = _file_format(path)
     if file_format == "csv":
         chosen = delimiter or EXTENSION_DELIMITERS[extension]
@@ -268,7 +278,7 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
     if file_format == "parquet":
         return _parquet_records(path, columns)
     raise DataError(f"{path}: unknown file type {''.join(path.suffixes)!r}; use .csv, .tsv, .jsonl, .json or "
-                    ".parquet (optionally .gz), a saved Hugging Face dataset directory, or a hub name")
+                    f".parquet (optionally .gz), a saved Hugging Face dataset directory, or {HUB_PREFIX}NAME")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,19 +296,18 @@ def label_key(value: Any) -> str | None:
 
 
 def _is_integer(text: str) -> bool:
-    return text.lstrip("-").isdigit()
+    return INTEGER.fullmatch(text) is not None
 
 
 class LabelSet:
     """Class names in id order; turns raw labels (a name or an integer id) into class ids."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], origin: str = "finetune.labels") -> None:
         duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
         if duplicates:
             raise ConfigError(f"finetune.labels lists {', '.join(duplicates)} more than once; give each class once")
-        if not names:
-            raise ConfigError("no labels: finetune.labels is empty and the train split has no labels")
         self.names = [str(n) for n in names]
+        self.origin = origin  # where the list came from, for error messages
         self._ids = {name: i for i, name in enumerate(self.names)}
         # integer raw labels are ids only when the names themselves are not integers ("0", "1")
         self._accepts_ids = not any(_is_integer(n) for n in self.names)
@@ -307,9 +316,8 @@ class LabelSet:
     def from_training_labels(cls, keys: Iterable[str]) -> LabelSet:
         """Sorted distinct labels; numerically when all are integers, so "10" comes after "9"."""
         distinct = set(keys)
-        if all(_is_integer(k) for k in distinct):
-            return cls(sorted(distinct, key=int))
-        return cls(sorted(distinct))
+        ordered = sorted(distinct, key=int) if all(_is_integer(k) for k in distinct) else sorted(distinct)
+        return cls(ordered, origin="the training data")
 
     def __len__(self) -> int:
         return len(self.names)
@@ -375,6 +383,8 @@ def _column_hint(records: Records) -> str:
 
 
 def _check_columns(records: Records, needed: Mapping[str, str]) -> None:
+    if not records.columns:
+        raise DataError(f"{records.source}: no rows; the file is empty")
     for config_key, column in needed.items():
         if column not in records.columns:
             found = ", ".join(repr(c) for c in records.columns) or "none"
@@ -462,17 +472,17 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
     for key, value, number in zip(keys, raw_labels, numbers, strict=True):
         label_id = label_set.id_of(key)
         if label_id is None:
-            raise _unknown_label(records.where(number), value, key, label_set, from_config=labels is not None)
+            raise _unknown_label(records.where(number), value, key, label_set)
         ids.append(label_id)
     return LabeledSplit(records.source, task_type, texts, pairs, ids, list(label_set.names))
 
 
-def _unknown_label(where: str, value: Any, key: str, label_set: LabelSet, *, from_config: bool) -> DataError:
+def _unknown_label(where: str, value: Any, key: str, label_set: LabelSet) -> DataError:
     shown = f"{value!r}" if label_key(value) == key else f"{value!r} (mapped to {key!r})"
     known = ", ".join(label_set.names[:10]) + (", ..." if len(label_set) > 10 else "")
-    origin = "finetune.labels" if from_config else "the training data"
-    return DataError(f"{where}: label {shown} is not one of the {len(label_set)} labels of {origin} ({known}); "
-                     "fix the row, add it to finetune.labels, or merge it into a known label with finetune.label_map")
+    return DataError(f"{where}: label {shown} is not one of the {len(label_set)} labels of {label_set.origin} "
+                     f"({known}); fix the row, add it to finetune.labels, or merge it into a known label with "
+                     "finetune.label_map")
 
 
 @dataclass
@@ -522,7 +532,8 @@ def load_labeled_data(section: FinetuneSection) -> LabeledData:
                              columns=Columns(section.text_column, section.text_pair_column, section.label_column),
                              delimiter=section.delimiter)
     train = read(section.train_file, labels=_checked_label_config(section), split="train")
-    fixed = LabelSet(train.label_names) if section.task_type == "classification" else None
+    origin = "finetune.labels" if section.labels else "the training data"
+    fixed = LabelSet(train.label_names, origin) if section.task_type == "classification" else None
     validation = read(section.validation_file, labels=fixed, split="validation") if section.validation_file else None
     test = read(section.test_file, labels=fixed, split="test") if section.test_file else None
     weights = list(section.class_weights) or None
@@ -556,7 +567,10 @@ def bert_tokenizer(tokenizer: Tokenizer | str | Path, max_length: int) -> Tokeni
         if not file.is_file():
             raise DataError(f"{path}: no tokenizer.json; point at a tokenizer directory (bertforge or Hugging Face "
                             "format) or re-save it with AutoTokenizer.from_pretrained(dir).save_pretrained(dir)")
-        configured = Tokenizer.from_file(str(file))
+        try:
+            configured = Tokenizer.from_file(str(file))
+        except Exception as error:  # the tokenizers library raises a bare Exception for a bad file
+            raise DataError(f"{file}: not a readable tokenizer.json ({error}); re-save the tokenizer") from None
     special = {}
     for token in ("[CLS]", "[SEP]", "[PAD]"):
         token_id = configured.token_to_id(token)

@@ -3,8 +3,9 @@
 One place answers "what are the documents of this input?" so the tokenizer trainer and `prepare`
 see the same text. Formats: `.txt` (a blank line ends a document; one or more sentences per
 line), `.jsonl`/`.json`, `.csv`/`.tsv`, `.parquet`, a Hugging Face dataset saved with
-`save_to_disk`, a dataset for `datasets.load_dataset` named as `hf:NAME[:CONFIG][@SPLIT]`, and MDS
-directories (the MosaicML streaming format, read by `bertforge.data.mds`). Inputs may be files,
+`save_to_disk`, a dataset for `datasets.load_dataset` named as `hf:NAME[:CONFIG][@SPLIT]`, MDS
+directories (the MosaicML streaming format, read by `bertforge.data.mds`), and `bundled:corpus`
+(the corpus shipped with bertforge). Inputs may be files,
 directories or globs; `.gz`/`.zst` files are decompressed on the fly.
 
 Compression is handled here rather than by fsspec's `compression="infer"` so the progress bar can
@@ -37,6 +38,7 @@ TABLE_SUFFIXES = (".csv", ".tsv")
 PARQUET_SUFFIXES = (".parquet",)
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 HUB_PREFIX = "hf:"
+BUNDLED_CORPUS = "bundled:corpus"  # the corpus shipped in the package, for examples and quick starts
 KNOWN_SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + TABLE_SUFFIXES + PARQUET_SUFFIXES
 
 READ_BLOCK_BYTES = 8 << 20
@@ -79,10 +81,13 @@ class Source:
 def resolve_inputs(inputs: Sequence[str]) -> list[Source]:
     """Expand files, directories and globs (local or fsspec URLs) into sources, in a stable order."""
     if not inputs:
-        raise DataError("no input given; pass --input FILE (several allowed, globs too), "
-                        "e.g. --input $(python -c 'import bertforge.data.bundled as b; print(b.corpus_path())')")
+        raise DataError(f"no input given; pass --input FILE (several allowed, globs too), e.g. --input {BUNDLED_CORPUS}")
     sources: list[Source] = []
     for given in inputs:
+        if given == BUNDLED_CORPUS:
+            from bertforge.data.bundled import corpus_path
+
+            given = str(corpus_path())
         if given.startswith(HUB_PREFIX):
             sources.append(_hub_source(given))
             continue

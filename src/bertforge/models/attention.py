@@ -77,11 +77,8 @@ def place_in_rows(cu_seqlens: torch.Tensor, max_seqlen: int) -> RowPlacement:
     offset_of_sequence = [0] * len(lengths)
     for sequence in sorted(range(len(lengths)), key=lambda s: -lengths[s]):
         length = lengths[sequence]
-        for row, fill in enumerate(row_fill):
-            if fill + length <= max_seqlen:
-                break
-        else:
-            row = len(row_fill)
+        row = next((r for r, fill in enumerate(row_fill) if fill + length <= max_seqlen), len(row_fill))
+        if row == len(row_fill):
             row_fill.append(0)
         row_of_sequence[sequence] = row
         offset_of_sequence[sequence] = row_fill[row]

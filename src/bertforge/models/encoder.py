@@ -22,6 +22,7 @@ from bertforge.models.embeddings import Embeddings, layer_norm
 from bertforge.models.init import init_weights
 from bertforge.models.mlp import build_mlp
 from bertforge.models.rotary import apply_rotary, rotary_cos_sin
+from bertforge.models.serialization import SavableModel
 
 
 @dataclass
@@ -139,7 +140,7 @@ class EncoderLayer(nn.Module):
         return self.mlp_norm(hidden + self.dropout(self.mlp(hidden)))
 
 
-class BertforgeModel(nn.Module):
+class BertforgeModel(SavableModel, nn.Module):
     """The bare encoder: packed token ids in, [tokens, hidden] states out."""
 
     def __init__(self, config: EncoderConfig):

@@ -9,6 +9,7 @@ only on the last micro-batch, and agrees across ranks on a non-finite loss or a 
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import time
@@ -50,6 +51,8 @@ class Trainer:
     def __init__(self, config: Config, task: Task) -> None:
         self.config, self.task = config, task
         self.env, self.device = D.init_distributed(config.run.device)
+        if not self.env.is_main:
+            log.setLevel(max(log.level, logging.WARNING))  # one voice: rank 0 reports progress
         self.run_dir = Path(config.run.output_dir) / config.run.name
         self.precision: Precision = resolve_precision(config.train.precision, self.device, config.train.tf32)
         self.geometry = BatchGeometry(config.train.micro_batch_size, config.train.global_batch_size,

@@ -1,0 +1,217 @@
+"""The pre-training data loader: a deterministic distributed sampler with exact resume, and batches
+in the unpadded layout (our model) or the padded one (the Hugging Face reference model).
+
+Sampler: `bertforge.data.sampler` (Megatron-like; shared with the trainer's map-style loader).
+The order of epoch e is a permutation of the N samples that depends only on (seed, e), truncated
+to a multiple of the global batch G; rank r of W takes the r-th contiguous slice of each global
+batch, in micro-batches. The samples of every optimizer step are the same for any W, and a run
+resumed from `consumed_samples` continues exactly where an uninterrupted one would be.
+
+Workers: the sampler runs in the main process and hands whole micro-batch descriptors
+(epoch, sample indices) to `torch.utils.data.DataLoader` workers, which return them in order;
+masking is keyed by (seed, epoch, sample index). So batches are identical with 0, 1 or N workers.
+
+Packing: samples are already packed from consecutive sentences up to `seq_len` at prepare time,
+so most are full. The unpadded layout carries no padding at all; with `packing=True` its
+sequences are laid out in greedy best-fit rows (ModernBERT's packer: longest first, each into the
+row with the least room that still fits), so consecutive sequences fill rows of `seq_len` tokens
+with few rows. The padded layout never packs: the HF model would attend across samples.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from bertforge.data.masking import Masker, MaskingSettings
+from bertforge.data.sampler import BatchGeometry, micro_batch_indices
+from bertforge.data.shards import PretokenizedDataset
+from bertforge.data.tokenizer import load_tokenizer
+from bertforge.errors import ConfigError
+
+LAYOUTS = ("unpadded", "padded")
+IGNORE_INDEX = -100
+PAD_TO_MULTIPLE = 8
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """What a loader worker needs to build one micro-batch: the epoch and the sample indices."""
+
+    epoch: int
+    indices: np.ndarray
+
+
+class TrainSampler:
+    """This rank's micro-batches forever, after `consumed_samples`: `bertforge.data.sampler`'s order."""
+
+    def __init__(self, num_samples: int, geometry: BatchGeometry, *, seed: int, consumed_samples: int = 0) -> None:
+        self.num_samples, self.geometry, self.seed, self.consumed_samples = num_samples, geometry, seed, consumed_samples
+        # fail at construction (not at the first batch) on a bad geometry or resume point
+        next(micro_batch_indices(num_samples, geometry, seed=seed, consumed_samples=consumed_samples))
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        for epoch, indices in micro_batch_indices(self.num_samples, self.geometry, seed=self.seed,
+                                                  consumed_samples=self.consumed_samples):
+            yield MicroBatch(epoch, indices)
+
+
+class EvalSampler:
+    """One pass over the samples in order, this rank's contiguous share, in micro-batches."""
+
+    def __init__(self, num_samples: int, *, micro_batch_size: int, world_size: int = 1, rank: int = 0) -> None:
+        per_rank = math.ceil(num_samples / world_size)
+        self.indices = np.arange(rank * per_rank, min((rank + 1) * per_rank, num_samples))
+        self.micro_batch_size = micro_batch_size
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        for start in range(0, len(self.indices), self.micro_batch_size):
+            yield MicroBatch(0, self.indices[start:start + self.micro_batch_size])
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.indices) / self.micro_batch_size)
+
+
+def best_fit_rows(lengths: np.ndarray, capacity: int) -> list[list[int]]:
+    """Greedy best-fit decreasing: each sequence, longest first, goes to the fullest row it fits in."""
+    rows: list[list[int]] = []
+    room: list[tuple[int, int]] = []  # (free tokens, row number), sorted
+    for index in np.argsort(-lengths, kind="stable").tolist():
+        length = int(lengths[index])
+        slot = bisect.bisect_left(room, (length, -1))
+        if slot < len(room):
+            free, row = room.pop(slot)
+            rows[row].append(index)
+            bisect.insort(room, (free - length, row))
+        else:
+            rows.append([index])
+            bisect.insort(room, (capacity - length, len(rows) - 1))
+    return rows
+
+
+class PretrainingBatches(Dataset):
+    """Turns a `MicroBatch` into a batch dict; runs inside loader workers."""
+
+    def __init__(self, dataset: PretokenizedDataset, masker: Masker, *, layout: str = "unpadded",
+                 packing: bool = True, pad_id: int = 0) -> None:
+        if layout not in LAYOUTS:
+            raise ConfigError(f"batch layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        self.dataset = dataset
+        self.masker = masker
+        self.layout = layout
+        self.packing = packing
+        self.pad_id = pad_id
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, micro: MicroBatch) -> dict[str, Any]:  # type: ignore[override]
+        indices = np.asarray(micro.indices, dtype=np.int64)
+        if self.packing and self.layout == "unpadded":
+            _, lengths, _ = self.dataset.gather(indices)
+            order = [i for row in best_fit_rows(lengths, self.dataset.seq_len) for i in row]
+            indices = indices[order]
+        flat, lengths, pairs = self.dataset.gather(indices)
+        masked = self.masker(flat, lengths, indices, micro.epoch)
+        if self.layout == "unpadded":
+            return _unpadded(masked.input_ids, lengths, pairs, masked.masked_positions, masked.masked_labels)
+        return _padded(masked.input_ids, lengths, pairs, masked.masked_positions, masked.masked_labels, self.pad_id)
+
+
+def _unpadded(input_ids: np.ndarray, lengths: np.ndarray, pairs: np.ndarray | None, masked_positions: np.ndarray,
+              masked_labels: np.ndarray) -> dict[str, Any]:
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    position_ids = np.arange(len(input_ids)) - np.repeat(starts[:-1], lengths)
+    token_type_ids = np.zeros(len(input_ids), dtype=np.int64)
+    batch: dict[str, Any] = {
+        "input_ids": torch.from_numpy(input_ids),
+        "cu_seqlens": torch.from_numpy(starts.astype(np.int32)),
+        "max_seqlen": int(lengths.max()) if len(lengths) else 0,
+        "position_ids": torch.from_numpy(position_ids),
+        "token_type_ids": torch.from_numpy(token_type_ids),
+        "masked_positions": torch.from_numpy(masked_positions.astype(np.int64)),
+        "masked_labels": torch.from_numpy(masked_labels.astype(np.int64)),
+        "num_samples": len(lengths),
+    }
+    if pairs is not None:
+        token_type_ids[position_ids >= np.repeat(pairs[:, 0], lengths)] = 1
+        batch["next_sentence_label"] = torch.from_numpy(pairs[:, 1].astype(np.int64))
+    return batch
+
+
+def _padded(input_ids: np.ndarray, lengths: np.ndarray, pairs: np.ndarray | None, masked_positions: np.ndarray,
+            masked_labels: np.ndarray, pad_id: int) -> dict[str, Any]:
+    rows = len(lengths)
+    width = int(math.ceil(int(lengths.max()) / PAD_TO_MULTIPLE) * PAD_TO_MULTIPLE) if rows else 0
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    row_of_token = np.repeat(np.arange(rows), lengths)
+    column_of_token = np.arange(len(input_ids)) - starts[row_of_token]
+    ids = np.full((rows, width), pad_id, dtype=np.int64)
+    ids[row_of_token, column_of_token] = input_ids
+    attention_mask = np.zeros((rows, width), dtype=np.int64)
+    attention_mask[row_of_token, column_of_token] = 1
+    labels = np.full((rows, width), IGNORE_INDEX, dtype=np.int64)
+    labels[row_of_token[masked_positions], column_of_token[masked_positions]] = masked_labels
+    token_type_ids = np.zeros((rows, width), dtype=np.int64)
+    batch: dict[str, Any] = {
+        "input_ids": torch.from_numpy(ids),
+        "attention_mask": torch.from_numpy(attention_mask),
+        "token_type_ids": torch.from_numpy(token_type_ids),
+        "labels": torch.from_numpy(labels),
+        "num_samples": rows,
+    }
+    if pairs is not None:
+        token_type_ids[(np.arange(width)[None, :] >= pairs[:, :1]) & (attention_mask == 1)] = 1
+        batch["next_sentence_label"] = torch.from_numpy(pairs[:, 1].astype(np.int64))
+    return batch
+
+
+def build_masker(dataset: PretokenizedDataset, settings: MaskingSettings) -> Masker:
+    """A masker for the tokenizer the dataset was prepared with."""
+    tokenizer = load_tokenizer(dataset.tokenizer_path)
+    return Masker(settings, mask_id=tokenizer.mask_id, special_ids=tokenizer.special_ids(),
+                  vocab_size=tokenizer.vocab_size,
+                  word_continuation=tokenizer.word_continuation_table() if settings.whole_word else None)
+
+
+def _data_loader(batches: PretrainingBatches, sampler: Any, num_workers: int) -> DataLoader:
+    return DataLoader(batches, sampler=sampler, batch_size=None, num_workers=num_workers,
+                      prefetch_factor=4 if num_workers > 0 else None)
+
+
+class PretrainingLoader:
+    """The trainer's `ResumableLoader` for pre-training: `iterate(consumed_samples)` resumes exactly.
+
+    Masking is seeded by `masking.seed` (default: `seed`), so order and masks come from one seed.
+    """
+
+    def __init__(self, dataset: PretokenizedDataset, geometry: BatchGeometry, *, seed: int = 42,
+                 num_workers: int = 0, layout: str = "unpadded", packing: bool = True,
+                 masking: MaskingSettings | None = None) -> None:
+        self.dataset, self.geometry, self.seed, self.num_workers = dataset, geometry, seed, num_workers
+        self.samples_per_epoch = len(dataset)
+        self.batches = PretrainingBatches(dataset, build_masker(dataset, masking or MaskingSettings(seed=seed)),
+                                          layout=layout, packing=packing,
+                                          pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
+
+    def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
+        sampler = TrainSampler(self.samples_per_epoch, self.geometry, seed=self.seed,
+                               consumed_samples=consumed_samples)
+        yield from _data_loader(self.batches, sampler, self.num_workers)
+
+
+def build_eval_loader(dataset: PretokenizedDataset, *, micro_batch_size: int, world_size: int = 1, rank: int = 0,
+                      num_workers: int = 0, layout: str = "unpadded", packing: bool = True,
+                      masking: MaskingSettings | None = None) -> DataLoader:
+    """One ordered pass over a split (this rank's share) with fixed masks (epoch 0): comparable evaluations."""
+    sampler = EvalSampler(len(dataset), micro_batch_size=micro_batch_size, world_size=world_size, rank=rank)
+    batches = PretrainingBatches(dataset, build_masker(dataset, masking or MaskingSettings()), layout=layout,
+                                 packing=packing, pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
+    return _data_loader(batches, sampler, num_workers)

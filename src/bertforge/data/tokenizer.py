@@ -1,0 +1,251 @@
+"""Train and load BERT-style WordPiece tokenizers, in the Hugging Face directory format.
+
+Training is Hugging Face `tokenizers` (Rust, multi-threaded). What we add: the vocabulary is padded
+with inert `[unusedN]` entries to a multiple of 64 (embedding and MLM-head matmuls are faster on
+GPUs when the vocab is a multiple of 64, and BERT's own vocab has `[unused]` slots for the same
+reason), and the directory carries every file stock `transformers` expects (`tokenizer.json`,
+`vocab.txt`, `tokenizer_config.json`, `special_tokens_map.json`) so `AutoTokenizer.from_pretrained`
+loads it and an exported model ships with it unchanged.
+
+`load_tokenizer` accepts any HF tokenizer directory (ours, bert-base-uncased, MiniLM, ...) and
+returns the raw fast tokenizer with padding/truncation switched off, the special-token ids, and a
+fingerprint that prepared datasets record so a mismatch is caught before training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bertforge.console import log
+from bertforge.errors import DataError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+VOCAB_MULTIPLE = 64
+UNUSED_TOKEN = "[unused{}]"
+_ROLES = ("pad", "unk", "cls", "sep", "mask")
+_BERT_DEFAULTS = dict(zip(_ROLES, SPECIAL_TOKENS, strict=True))
+
+
+def padded_vocab_size(size: int) -> int:
+    return math.ceil(size / VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
+@dataclass
+class LoadedTokenizer:
+    """A fast tokenizer plus what the data pipeline needs to know about its vocabulary."""
+
+    tokenizer: Tokenizer
+    path: str
+    special_tokens: dict[str, str]  # role (pad/unk/cls/sep/mask) -> token
+    ids: dict[str, int]  # role -> id
+    fingerprint: str
+    lowercase: bool | None
+    vocab_size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def pad_id(self) -> int:
+        return self.ids["pad"]
+
+    @property
+    def cls_id(self) -> int:
+        return self.ids["cls"]
+
+    @property
+    def sep_id(self) -> int:
+        return self.ids["sep"]
+
+    @property
+    def mask_id(self) -> int:
+        return self.ids["mask"]
+
+    @property
+    def unk_id(self) -> int:
+        return self.ids["unk"]
+
+    @property
+    def padded_vocab_size(self) -> int:
+        return padded_vocab_size(self.vocab_size)
+
+    def special_ids(self) -> np.ndarray:
+        """Ids that are never masked nor drawn as random replacements (specials and [unusedN])."""
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        special = {token.content for token in self.tokenizer.get_added_tokens_decoder().values() if token.special}
+        special |= set(self.special_tokens.values())
+        ids = [i for token, i in vocab.items() if token in special or (token.startswith("[unused") and token.endswith("]"))]
+        return np.array(sorted(ids), dtype=np.int64)
+
+    def word_continuation_table(self) -> np.ndarray:
+        """bool[vocab]: True for tokens that continue the previous token's word (whole-word masking)."""
+        table = np.zeros(self.padded_vocab_size, dtype=bool)
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        model = self.tokenizer.model
+        if isinstance(model, models.WordPiece):
+            prefix = model.continuing_subword_prefix
+            for token, i in vocab.items():
+                table[i] = token.startswith(prefix)
+            return table
+        # byte-level BPE (GPT-2/RoBERTa) and SentencePiece mark word *starts* instead
+        starts = ("Ġ", "▁")
+        special = set(self.special_tokens.values())
+        for token, i in vocab.items():
+            table[i] = not token.startswith(starts) and token not in special
+        return table
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+
+
+def build_wordpiece_tokenizer(lowercase: bool) -> Tokenizer:
+    """An untrained BERT tokenizer: BERT normalizer and pre-tokenizer, `##` continuations."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                      strip_accents=None, lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
+
+
+def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = True, min_frequency: int = 2,
+                    show_progress: bool = False) -> Tokenizer:
+    """Train a WordPiece vocabulary of (at most) `vocab_size`, then pad it to a multiple of 64."""
+    if vocab_size < len(SPECIAL_TOKENS) + 100:
+        raise DataError(f"--vocab-size {vocab_size} is too small; give at least {len(SPECIAL_TOKENS) + 100}")
+    tokenizer = build_wordpiece_tokenizer(lowercase)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##",
+                                        show_progress=show_progress)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    trained = tokenizer.get_vocab_size()
+    if trained <= len(SPECIAL_TOKENS):
+        raise DataError("the inputs hold no text to train a tokenizer on; check --input and --text-field")
+    vocab = tokenizer.get_vocab()
+    target = padded_vocab_size(trained)
+    for n in range(target - trained):
+        vocab[UNUSED_TOKEN.format(n)] = trained + n
+    tokenizer.model = models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
+                                       max_input_chars_per_word=100)
+    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    if target != trained:
+        log.info(f"vocabulary: {trained:,} trained tokens, padded with {target - trained} [unusedN] to {target:,}")
+    return tokenizer
+
+
+def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path, *, lowercase: bool, model_max_length: int = 512) -> Path:
+    """Write the HF tokenizer files so `AutoTokenizer.from_pretrained(out_dir)` loads a BertTokenizerFast."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(out / "tokenizer.json"))
+    vocab = tokenizer.get_vocab()
+    ordered = sorted(vocab, key=vocab.__getitem__)
+    (out / "vocab.txt").write_text("".join(token + "\n" for token in ordered), encoding="utf-8")
+    special_map = {f"{role}_token": token for role, token in _BERT_DEFAULTS.items()}
+    config = {
+        "tokenizer_class": "BertTokenizerFast",
+        "do_lower_case": lowercase,
+        "strip_accents": None,
+        "tokenize_chinese_chars": True,
+        "model_max_length": model_max_length,
+        "clean_up_tokenization_spaces": False,
+        **special_map,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
+    """Hash of everything that decides token ids (vocab, normalizer, pre-tokenizer, model settings)."""
+    spec = json.loads(tokenizer.to_str())
+    spec.pop("padding", None)
+    spec.pop("truncation", None)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _special_tokens_of(directory: Path, tokenizer: Tokenizer) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        path = directory / name
+        if not path.is_file():
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for role in _ROLES:
+            value = data.get(f"{role}_token")
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str) and role not in found:
+                found[role] = value
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    for role, default in _BERT_DEFAULTS.items():
+        found.setdefault(role, default)
+        if found[role] not in vocab:
+            raise DataError(f"tokenizer {directory}: its {role} token {found[role]!r} is not in the vocabulary; "
+                            "give a BERT-style tokenizer with [PAD] [UNK] [CLS] [SEP] [MASK] (or the tokens named "
+                            "in its special_tokens_map.json)")
+    return found
+
+
+def load_tokenizer(path: str | Path) -> LoadedTokenizer:
+    """Any Hugging Face tokenizer directory (with `tokenizer.json`, or `vocab.txt` for BERT)."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise DataError(f"tokenizer directory {directory} does not exist; train one with `bertforge tokenizer "
+                        "train` or give any Hugging Face tokenizer directory")
+    if (directory / "tokenizer.json").is_file():
+        try:
+            tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except Exception as error:  # the Rust side raises a plain Exception for a malformed file
+            raise DataError(f"{directory / 'tokenizer.json'}: unreadable ({error})") from None
+    else:
+        from transformers import AutoTokenizer
+
+        try:
+            hf = AutoTokenizer.from_pretrained(str(directory))
+        except Exception as error:  # transformers raises many types for a directory it cannot use
+            raise DataError(f"tokenizer {directory}: transformers could not load it "
+                            f"({str(error).splitlines()[0]})") from None
+        if not getattr(hf, "is_fast", False):
+            raise DataError(f"tokenizer {directory}: only fast (Rust) tokenizers are supported")
+        tokenizer = hf.backend_tokenizer
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    special = _special_tokens_of(directory, tokenizer)
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    lowercase = None
+    config_path = directory / "tokenizer_config.json"
+    if config_path.is_file():
+        lowercase = json.loads(config_path.read_text(encoding="utf-8")).get("do_lower_case")
+    return LoadedTokenizer(tokenizer=tokenizer, path=str(directory), special_tokens=special,
+                           ids={role: vocab[token] for role, token in special.items()},
+                           fingerprint=tokenizer_fingerprint(tokenizer), lowercase=lowercase)
+
+
+def train_tokenizer_from_inputs(inputs: list[str], out_dir: str | Path, *, vocab_size: int = 32768,
+                                lowercase: bool = True, text_field: str = "text", min_frequency: int = 2,
+                                show_progress: bool = False) -> LoadedTokenizer:
+    """Train on the documents of `inputs` (any format `bertforge.data.sources` reads) and save to `out_dir`."""
+    from bertforge.data.sources import iter_documents, resolve_inputs
+
+    sources = resolve_inputs(inputs)
+    texts = (document.text for document in iter_documents(sources, text_field=text_field))
+    tokenizer = train_wordpiece(texts, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
+                                show_progress=show_progress)
+    save_tokenizer(tokenizer, out_dir, lowercase=lowercase)
+    return load_tokenizer(out_dir)

@@ -1,0 +1,72 @@
+"""The sequence classification / regression model: encoder + a pooled head.
+
+The loss is a sum over sequences, computed inside `forward` (see `pretraining.py` for why), with
+optional per-class weights for imbalanced labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.errors import ConfigError
+from bertforge.models.config import EncoderConfig
+from bertforge.models.encoder import BertforgeModel, pack_inputs
+from bertforge.models.heads import SequenceHead
+from bertforge.models.init import init_weights
+from bertforge.models.serialization import SavableModel
+
+PROBLEM_TYPES = ("classification", "regression")
+
+
+@dataclass
+class SequenceClassifierOutput:
+    logits: torch.Tensor  # [sequences, num_labels] (regression: [sequences, 1])
+    loss_sum: torch.Tensor | None = None  # summed (weighted) cross-entropy, or summed squared error
+    correct: torch.Tensor | None = None  # classification only
+
+
+class BertforgeForSequenceClassification(SavableModel, nn.Module):
+    def __init__(self, config: EncoderConfig, num_labels: int, problem_type: str = "classification",
+                 label_names: list[str] | None = None):
+        super().__init__()
+        if problem_type not in PROBLEM_TYPES:
+            raise ConfigError(f"problem type {problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}")
+        if problem_type == "regression":
+            num_labels = 1
+        elif num_labels < 2:
+            raise ConfigError(f"classification needs at least 2 labels, got {num_labels}; "
+                              "check finetune.labels or use finetune.task_type=regression")
+        if label_names is not None and len(label_names) != num_labels:
+            raise ConfigError(f"{len(label_names)} label names for {num_labels} labels; give one name per label")
+        self.config = config
+        self.num_labels = num_labels
+        self.problem_type = problem_type
+        self.label_names = list(label_names) if label_names is not None else None
+        self.encoder = BertforgeModel(config)
+        self.head = SequenceHead(config, num_labels)
+        init_weights(self.head, config)
+
+    def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
+                position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, class_weights: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, num_samples: int | None = None) -> SequenceClassifierOutput:
+        """The unpadded batch's fields, or a padded layout with `attention_mask` (`num_samples` is unused)."""
+        packed = pack_inputs(input_ids, cu_seqlens, max_seqlen, position_ids, token_type_ids, attention_mask)
+        logits = self.head(self.encoder.encode(packed), packed.cu_seqlens)
+        output = SequenceClassifierOutput(logits)
+        if labels is None:
+            return output
+        if self.problem_type == "regression":
+            output.loss_sum = (logits.float().squeeze(-1) - labels.float()).pow(2).sum()
+        else:
+            output.loss_sum = F.cross_entropy(logits.float(), labels, weight=class_weights, reduction="sum")
+            output.correct = (logits.argmax(dim=-1) == labels).sum()
+        return output
+
+    def head_arguments(self) -> dict[str, object]:
+        return {"num_labels": self.num_labels, "problem_type": self.problem_type, "label_names": self.label_names}
+

@@ -1,0 +1,176 @@
+"""bertforge's own model directory: `model.safetensors` + `bertforge_model.json`.
+
+Every architecture the encoder supports can be saved this way (Hugging Face has stock classes for
+only two of them), and it round-trips bit for bit: checkpoints and a run's `final/` use it. Tied
+weights are stored once and re-tied by the model's constructor on load. Directories are written
+under a temporary name and renamed into place, so a crash never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertforge import __version__
+from bertforge.errors import BertforgeError
+from bertforge.models.config import EncoderConfig
+
+CONFIG_NAME = "bertforge_model.json"
+WEIGHTS_NAME = "model.safetensors"
+FORMAT_NAME = "bertforge-model"
+FORMAT_VERSION = 1
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                   "added_tokens.json")
+
+ModelT = TypeVar("ModelT", bound=torch.nn.Module)
+
+
+def model_classes() -> dict[str, type[torch.nn.Module]]:
+    from bertforge.models.classification import BertforgeForSequenceClassification
+    from bertforge.models.encoder import BertforgeModel
+    from bertforge.models.pretraining import BertforgeForPreTraining
+
+    return {cls.__name__: cls for cls in (BertforgeModel, BertforgeForPreTraining, BertforgeForSequenceClassification)}
+
+
+class SavableModel:
+    """`save_pretrained(dir)` / `from_pretrained(dir)` for the bertforge models."""
+
+    def save_pretrained(self, directory: str | Path, tokenizer_dir: str | Path | None = None) -> Path:
+        assert isinstance(self, torch.nn.Module)
+        return save_bertforge_model(self, directory, tokenizer_dir)
+
+    @classmethod
+    def from_pretrained(cls: type[ModelT], directory: str | Path) -> ModelT:
+        return load_bertforge_model(directory, expected_class=cls)
+
+
+def is_bertforge_model_dir(path: str | Path) -> bool:
+    return (Path(path) / CONFIG_NAME).is_file()
+
+
+def untied_state_dict(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The state dict with each shared tensor once, and {dropped key: key it is tied to}."""
+    tensors: dict[str, torch.Tensor] = {}
+    tied: dict[str, str] = {}
+    owner_of_storage: dict[tuple[int, int], str] = {}
+    for key, tensor in model.state_dict().items():
+        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if identity in owner_of_storage and tensor.numel() > 0:
+            tied[key] = owner_of_storage[identity]
+            continue
+        owner_of_storage[identity] = key
+        tensors[key] = tensor.detach().contiguous().cpu()
+    return tensors, tied
+
+
+def save_bertforge_model(model: torch.nn.Module, directory: str | Path,
+                         tokenizer_dir: str | Path | None = None) -> Path:
+    """Write `model` (any bertforge model class) to `directory`, atomically; returns the directory."""
+    class_name = type(model).__name__
+    if class_name not in model_classes():
+        raise TypeError(f"{class_name} is not a bertforge model class")
+    tensors, tied = untied_state_dict(model)
+    description = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "bertforge_version": __version__,
+        "model_class": class_name,
+        "head_arguments": model.head_arguments(),  # type: ignore[operator]
+        "encoder_config": model.config.to_dict(),  # type: ignore[union-attr,operator]
+        "tied_weights": tied,
+    }
+
+    def write(staging: Path) -> None:
+        save_file(tensors, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
+        (staging / CONFIG_NAME).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+        if tokenizer_dir is not None:
+            copy_tokenizer_files(tokenizer_dir, staging)
+
+    return write_directory_atomically(Path(directory), write)
+
+
+def load_bertforge_model(directory: str | Path, expected_class: type[ModelT] | None = None,
+                         map_location: str | torch.device = "cpu") -> ModelT:
+    """Rebuild the model saved by `save_bertforge_model` (weights identical to the saved ones)."""
+    directory = Path(directory)
+    description = read_model_description(directory)
+    classes = model_classes()
+    class_name = description.get("model_class")
+    if class_name not in classes:
+        raise BertforgeError(f"{directory / CONFIG_NAME}: unknown model_class {class_name!r}; "
+                             f"expected one of {', '.join(classes)} (saved by a newer bertforge?)")
+    cls = classes[class_name]
+    if expected_class is not None and cls is not expected_class:
+        raise BertforgeError(f"{directory} holds a {class_name}, not a {expected_class.__name__}; "
+                             "load it with load_bertforge_model() or bertforge.models.load_for_task()")
+    config = EncoderConfig.from_dict(description["encoder_config"], source=str(directory / CONFIG_NAME))
+    model = cls(config, **description.get("head_arguments", {}))
+    weights_path = directory / WEIGHTS_NAME
+    if not weights_path.is_file():
+        raise BertforgeError(f"{weights_path} is missing; the model directory is incomplete, save it again")
+    state = load_file(str(weights_path), device=str(map_location))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [key for key in missing if key not in description.get("tied_weights", {})]
+    if missing or unexpected:
+        raise BertforgeError(f"{weights_path} does not match its {CONFIG_NAME}: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}; the directory was modified or is corrupt")
+    return model  # type: ignore[return-value]
+
+
+def read_model_description(directory: Path) -> dict[str, Any]:
+    path = directory / CONFIG_NAME
+    if not path.is_file():
+        raise BertforgeError(f"{directory} is not a bertforge model directory (no {CONFIG_NAME}); for a "
+                             "Hugging Face directory use bertforge.models.load_hf_checkpoint")
+    try:
+        description = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise BertforgeError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); restore the file") from None
+    if description.get("format") != FORMAT_NAME or description.get("format_version", 0) > FORMAT_VERSION:
+        raise BertforgeError(f"{path}: format {description.get('format')!r} version "
+                             f"{description.get('format_version')!r} is not readable by bertforge {__version__}; "
+                             "upgrade bertforge")
+    return description
+
+
+def copy_tokenizer_files(tokenizer_dir: str | Path, destination: Path) -> list[str]:
+    """Copy the Hugging Face tokenizer files that exist in `tokenizer_dir`; returns their names."""
+    source = Path(tokenizer_dir)
+    present = [name for name in TOKENIZER_FILES if (source / name).is_file()]
+    if not present:
+        raise BertforgeError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {source}; "
+                             "point to the tokenizer directory of the data or of the model")
+    for name in present:
+        shutil.copyfile(source / name, destination / name)
+    return present
+
+
+def write_directory_atomically(directory: Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(staging_dir)`, then move the staging directory to `directory` (replacing it)."""
+    directory = directory.resolve()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        write(staging)
+        if directory.exists():
+            retired = directory.parent / f".{directory.name}.old-{os.getpid()}"
+            shutil.rmtree(retired, ignore_errors=True)
+            directory.rename(retired)
+            staging.rename(directory)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            staging.rename(directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory

