@@ -67,6 +67,21 @@ def test_the_unpadded_batch_follows_the_shared_contract(dataset: PretokenizedDat
         assert batch[key].dtype == torch.int64
 
 
+def test_on_the_bundled_corpus_nsp_labels_are_balanced_and_masks_spare_special_tokens(
+        dataset: PretokenizedDataset) -> None:
+    labels = np.array([dataset.next_sentence_label(i) for i in range(len(dataset))])
+    assert 0.4 < labels.mean() < 0.6
+    chosen = maskable = 0
+    for batch in batches(dataset, 25):
+        original = batch["input_ids"].clone()
+        original[batch["masked_positions"]] = batch["masked_labels"]
+        special = original <= 4  # [PAD] [UNK] [CLS] [SEP] [MASK]; [unusedN] ids never occur in text
+        assert not special[batch["masked_positions"]].any()
+        chosen += len(batch["masked_positions"])
+        maskable += int((~special).sum())
+    assert abs(chosen / maskable - 0.15) < 0.02
+
+
 def test_the_padded_batch_holds_the_same_samples_and_hf_style_labels(dataset: PretokenizedDataset) -> None:
     flat = batches(dataset, 1, packing=False)[0]
     padded = batches(dataset, 1, layout="padded")[0]
@@ -143,6 +158,17 @@ def test_resuming_on_a_different_world_size_gives_the_same_masked_samples(datase
     one = sorted(tuple(t.tolist()) for t in samples_of_step(1, 2 * GLOBAL))
     two = sorted(tuple(t.tolist()) for t in samples_of_step(2, 2 * GLOBAL))
     assert one == two
+
+
+def test_packing_only_reorders_sequences_and_keeps_each_ones_masks(dataset: PretokenizedDataset) -> None:
+    def sequences(batch: dict[str, Any]) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
+        bounds = batch["cu_seqlens"].tolist()
+        masked = set(batch["masked_positions"].tolist())
+        return sorted((tuple(batch["input_ids"][a:b].tolist()), tuple(p - a for p in range(a, b) if p in masked),
+                       int(batch["next_sentence_label"][i])) for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)))
+
+    for packed, plain in zip(batches(dataset, 4, packing=True), batches(dataset, 4, packing=False), strict=True):
+        assert sequences(packed) == sequences(plain)
 
 
 def test_best_fit_rows_fill_rows_without_overflow() -> None:

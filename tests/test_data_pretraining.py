@@ -10,7 +10,13 @@ from tokenizers import Tokenizer
 
 from bertforge.data.bundled import corpus_path
 from bertforge.data.pretraining import SampleSettings, build_samples
-from bertforge.data.sentences import TokenizedDocuments, split_sentences, tokenize_documents
+from bertforge.data.sentences import (
+    TokenizedDocuments,
+    WordCache,
+    split_sentences,
+    tokenize_documents,
+    word_cache_applies,
+)
 from bertforge.data.tokenizer import train_wordpiece
 
 CLS, SEP = 2, 3
@@ -126,3 +132,27 @@ def test_tokenizing_whole_documents_matches_tokenizing_each_sentence(bundled_doc
     assert documents.document_sentences.tolist() == expected_counts
     assert documents.sentence_lengths.tolist() == expected_lengths
     assert documents.tokens.tolist() == expected_tokens
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_the_word_cache_gives_exactly_the_ids_of_encoding_whole_documents(bundled_documents: list[str],
+                                                                          lowercase: bool) -> None:
+    tokenizer = train_wordpiece(bundled_documents, vocab_size=1500, lowercase=lowercase)
+    assert word_cache_applies(tokenizer)
+    hostile = ["Ünïcödé façade — naïve café. 中文字符 and emoji 🎉! Tabs\there [CLS] literal [SEP]inside ##hash.",
+               "x" * 300 + " over-long word. ¿Qué? ¡Sí! 3.14 is pi. Mr. Smith went.", "  \n  ",
+               "zero\u200bwidth and soft\xadhyphen, non\xa0breaking and ideographic\u3000space."]
+    documents = bundled_documents + hostile
+    options = {"sep_id": tokenizer.token_to_id("[SEP]"), "drop_ids": [tokenizer.token_to_id("[CLS]")],
+               "dtype": np.dtype(np.uint16)}
+    plain = tokenize_documents(documents, tokenizer, **options)
+    cache = WordCache(tokenizer)
+    for _ in range(2):  # cold, then warm
+        cached = tokenize_documents(documents, tokenizer, word_cache=cache, **options)
+        assert np.array_equal(cached.tokens, plain.tokens)
+        assert np.array_equal(cached.sentence_lengths, plain.sentence_lengths)
+        assert np.array_equal(cached.document_sentences, plain.document_sentences)
+    with_control = tokenize_documents(["split\x1cjoined by a control char. Next."], tokenizer, word_cache=cache,
+                                      **options)
+    assert np.array_equal(with_control.tokens, tokenize_documents(["split\x1cjoined by a control char. Next."],
+                                                                  tokenizer, **options).tokens)

@@ -17,7 +17,17 @@ from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError
 
 COMMAND_MODULES = [
     "bertforge.commands.data",
+    "bertforge.commands.tokenizer",
+    "bertforge.commands.prepare",
+    "bertforge.commands.pretrain",
     "bertforge.commands.train",
+    "bertforge.commands.plot",
+    "bertforge.commands.finetune",
+    "bertforge.commands.evaluate",
+    "bertforge.commands.predict",
+    "bertforge.commands.fill_mask",
+    "bertforge.commands.export",
+    "bertforge.commands.glue",
 ]
 
 

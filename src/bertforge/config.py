@@ -155,10 +155,20 @@ class FinetuneSection:
     class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
     max_length: int = 128  # tokens per example after truncation ([CLS]/[SEP] included)
     delimiter: str | None = None  # csv/tsv delimiter; None = from the file extension
+    glue_tasks: list[str] = field(default_factory=list)  # `bertforge glue`: tasks to run (cola, sst2, ...); empty = all 8
+    glue_overrides: dict[str, list[str]] = field(default_factory=dict)  # per-task overrides of the GLUE table, e.g. {rte: [optim.lr=2e-5]}; `all` = every task
+    glue_seeds: int | None = None  # seeds per small GLUE task (CoLA, MRPC, STS-B, RTE; median reported); None = the table's 4-5
+    glue_from_mnli: bool = False  # start RTE, MRPC and STS-B from the fine-tuned MNLI model (Mosaic's recipe)
 
     def __post_init__(self) -> None:
         check_choice("finetune.task_type", self.task_type, TASK_TYPES)
         check_range("finetune.max_length", self.max_length, low=8)
+        check_range("finetune.glue_seeds", self.glue_seeds, low=1)
+        for task, overrides in self.glue_overrides.items():
+            for override in overrides:
+                if "=" not in override:
+                    raise ConfigError(f"config key `finetune.glue_overrides.{task}` holds {override!r}; each entry "
+                                      "is a dotted key=value override, e.g. optim.lr=2e-5")
 
 
 @dataclass

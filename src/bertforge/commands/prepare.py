@@ -38,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="tokenizer worker processes (default: the number of CPUs; 0 = in-process)")
     pretrain.add_argument("--seed", type=int, default=12345, help="seed for NSP cuts/negatives and short lengths")
     pretrain.add_argument("--text-field", default="text", help="field/column with the text (jsonl/csv/parquet/HF/MDS)")
-    pretrain.add_argument("--chunk-mb", type=float, default=4.0,
-                          help="MB of text per tokenization task, roughly the size of a shard (default 4)")
+    pretrain.add_argument("--chunk-mb", type=float, default=2.0,
+                          help="MB of text per tokenization task, roughly the size of a shard (default 2)")
     pretrain.set_defaults(func=run_pretrain)
 
 

@@ -114,11 +114,15 @@ class PretrainingBatches(Dataset):
 
     def __getitem__(self, micro: MicroBatch) -> dict[str, Any]:  # type: ignore[override]
         indices = np.asarray(micro.indices, dtype=np.int64)
-        if self.packing and self.layout == "unpadded":
-            _, lengths, _ = self.dataset.gather(indices)
-            order = [i for row in best_fit_rows(lengths, self.dataset.seq_len) for i in row]
-            indices = indices[order]
         flat, lengths, pairs = self.dataset.gather(indices)
+        if self.packing and self.layout == "unpadded":
+            order = np.array([i for row in best_fit_rows(lengths, self.dataset.seq_len) for i in row], dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            new_lengths = lengths[order]
+            new_starts = np.concatenate([[0], np.cumsum(new_lengths)[:-1]])
+            flat = flat[np.repeat(starts[order] - new_starts, new_lengths) + np.arange(len(flat))]
+            indices, lengths = indices[order], new_lengths
+            pairs = pairs[order] if pairs is not None else None
         masked = self.masker(flat, lengths, indices, micro.epoch)
         if self.layout == "unpadded":
             return _unpadded(masked.input_ids, lengths, pairs, masked.masked_positions, masked.masked_labels)
@@ -182,8 +186,10 @@ def build_masker(dataset: PretokenizedDataset, settings: MaskingSettings) -> Mas
 
 
 def _data_loader(batches: PretrainingBatches, sampler: Any, num_workers: int) -> DataLoader:
+    # a private generator: DataLoader draws its worker base seed from it; drawing from the global
+    # RNG would shift dropout after a resume and break bitwise-exact resumption
     return DataLoader(batches, sampler=sampler, batch_size=None, num_workers=num_workers,
-                      prefetch_factor=4 if num_workers > 0 else None)
+                      prefetch_factor=4 if num_workers > 0 else None, generator=torch.Generator().manual_seed(0))
 
 
 class PretrainingLoader:

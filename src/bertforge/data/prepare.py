@@ -39,7 +39,7 @@ import numpy as np
 from bertforge import __version__
 from bertforge.console import console, log, progress_enabled
 from bertforge.data.pretraining import SampleSettings, build_samples
-from bertforge.data.sentences import TokenizedDocuments, tokenize_documents
+from bertforge.data.sentences import TokenizedDocuments, WordCache, tokenize_documents, word_cache_applies
 from bertforge.data.shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -69,7 +69,7 @@ class PrepareSettings:
     split: tuple[float, ...] = (980.0, 20.0)  # train,validation[,test] weights over documents (Megatron)
     seed: int = 12345  # seeds sample construction (NSP cuts and negatives, short lengths)
     text_field: str = "text"  # field/column holding the text in jsonl/csv/parquet/HF/MDS inputs
-    chunk_bytes: int = 4 << 20  # text per tokenization task; also ~the size of a shard
+    chunk_bytes: int = 2 << 20  # text per tokenization task; also ~the size of a shard
 
     def __post_init__(self) -> None:
         if self.seq_len < 8:
@@ -105,12 +105,15 @@ def split_boundaries(weights: Sequence[float], num_documents: int) -> list[int]:
 
 
 _worker_tokenizer: LoadedTokenizer | None = None
+_worker_word_cache: WordCache | None = None
 
 
 def _init_worker(tokenizer_path: str) -> None:
-    global _worker_tokenizer
+    global _worker_tokenizer, _worker_word_cache
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
     _worker_tokenizer = load_tokenizer(tokenizer_path)
+    applies = word_cache_applies(_worker_tokenizer.tokenizer)
+    _worker_word_cache = WordCache(_worker_tokenizer.tokenizer) if applies else None
 
 
 def _tokenizer_in_worker(tokenizer_path: str) -> LoadedTokenizer:
@@ -125,7 +128,7 @@ def _tokenize_chunk(tokenizer_path: str, texts: list[str], staged: str) -> int:
     tokenizer = _tokenizer_in_worker(tokenizer_path)
     documents = tokenize_documents(texts, tokenizer.tokenizer, sep_id=tokenizer.sep_id,
                                    drop_ids=[tokenizer.cls_id, tokenizer.pad_id, tokenizer.mask_id],
-                                   dtype=token_dtype_for(tokenizer.vocab_size))
+                                   dtype=token_dtype_for(tokenizer.vocab_size), word_cache=_worker_word_cache)
     _save_staged(Path(staged), documents)
     return int(documents.tokens.size)
 

@@ -20,6 +20,7 @@ per forward in `PackedAttention` and shared by every layer (one mask per distinc
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from bertforge.errors import BertforgeError
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
+@functools.cache
 def flash_attn_available() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
@@ -103,7 +105,8 @@ class PackedAttention:
         self.max_seqlen = int(max_seqlen)
         self.backend = backend
         self._placement: RowPlacement | None = None
-        self._masks: dict[tuple[int | None, bool], torch.Tensor | None] = {}
+        self._masks: dict[int | None, torch.Tensor | None] = {}  # one per distinct window
+        self._alibi_biases: dict[int | None, torch.Tensor] = {}
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None = None,
                alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0) -> torch.Tensor:
@@ -125,11 +128,10 @@ class PackedAttention:
 
     def _boolean_mask(self, window: int | None) -> torch.Tensor | None:
         """[rows, 1, len, len] True where attention is allowed; None when nothing needs masking."""
-        key = (window, False)
-        if key not in self._masks:
+        if window not in self._masks:
             placement = self.placement
             if placement.is_identity and window is None:
-                self._masks[key] = None
+                self._masks[window] = None
             else:
                 # Empty slots "belong" to sequence -1 and attend among themselves, so no query row
                 # is fully masked (that would put NaNs into the discarded outputs' gradients).
@@ -137,24 +139,17 @@ class PackedAttention:
                 allowed = owner[:, :, None] == owner[:, None, :]
                 if window is not None:
                     allowed = allowed & (_slot_distance(placement.row_length, owner.device) <= window)
-                self._masks[key] = allowed[:, None]
-        return self._masks[key]
+                self._masks[window] = allowed[:, None]
+        return self._masks[window]
 
     def _alibi_bias(self, window: int | None, slopes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """[rows or 1, heads, len, len] float bias: -slope·distance where allowed, -inf elsewhere."""
-        key = (window, True)
-        if key not in self._masks:
+        if window not in self._alibi_biases:
             distance = _slot_distance(self.placement.row_length, slopes.device)
-            bias = -slopes.float()[:, None, None] * distance[None]
+            bias = (-slopes.float()[:, None, None] * distance)[None]
             allowed = self._boolean_mask(window)
-            if allowed is not None:
-                bias = bias[None].masked_fill(~allowed, float("-inf"))
-            else:
-                bias = bias[None]
-            self._masks[key] = bias
-        bias = self._masks[key]
-        assert bias is not None
-        return bias.to(dtype)
+            self._alibi_biases[window] = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+        return self._alibi_biases[window].to(dtype)
 
     def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None,
               alibi_slopes: torch.Tensor | None, dropout_p: float) -> torch.Tensor:

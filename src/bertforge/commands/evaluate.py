@@ -1,0 +1,61 @@
+"""`bertforge evaluate MODEL --data FILE`: metrics, per-class report and confusion matrix of a fine-tuned model."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertforge.commands.common import add_command
+from bertforge.commands.predict import add_input_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        subparsers, "evaluate", help="score a fine-tuned model on a labeled file",
+        description="Evaluate a fine-tuned model on labeled data read against the model's own label names: "
+                    "accuracy, macro F1, Matthews correlation (and binary F1 with two classes), or Pearson, "
+                    "Spearman and MSE for regression, plus per-class precision/recall and the confusion matrix. "
+                    "Prints the tables; with --out-dir also writes <split>_results.json, <split>_report.md and "
+                    "<split>_confusion_matrix.png. A label the model does not know is an error naming its line.",
+        example="""
+        bertforge evaluate runs/supersense-minilm --data bundled:supersense/test
+        bertforge evaluate runs/sts/final --data dev.tsv --text-column sentence1 --text-pair-column sentence2 \\
+            --label-column score --split-name dev --out-dir reports/
+        """)
+    parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
+    parser.add_argument("--data", required=True, help="labeled csv/tsv/jsonl/parquet file or bundled:supersense/SPLIT")
+    parser.add_argument("--label-column", default="label", help="column with the label or score (default: label)")
+    parser.add_argument("--split-name", default="evaluation", help="name used in the tables and file names")
+    parser.add_argument("--out-dir", default=None, help="also write the report files into this directory")
+    add_input_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.console import log, stdout_console
+    from bertforge.errors import BertforgeError
+    from bertforge.inference import evaluate_file, load_model, write_evaluation
+    from bertforge.tasks.metrics import confusion_table, per_class_table
+
+    if args.batch_size < 1:
+        raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
+    loaded = load_model(args.model)
+    report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
+                           text_pair_column=args.text_pair_column, label_column=args.label_column,
+                           delimiter=args.delimiter, batch_size=args.batch_size)
+    from rich.table import Table
+
+    table = Table(title=f"{report.split}: {int(report.metrics['examples']):,} examples from {report.source}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in report.metrics.items():
+        if name != "examples":
+            table.add_row(name, f"{value:.4f}")
+    stdout_console.print(table)
+    if report.confusion is not None:
+        stdout_console.print(per_class_table(report.per_class, title=f"{report.split}: per-class metrics"))
+        stdout_console.print(confusion_table(report.confusion, report.label_names,
+                                             title=f"{report.split}: confusion matrix"))
+    if args.out_dir:
+        written = write_evaluation(report, args.out_dir)
+        log.info(f"report written: {', '.join(str(p) for p in written)}")
+    return 0

@@ -1,0 +1,35 @@
+"""`bertforge export RUN_OR_CHECKPOINT --out DIR [--format hf|onnx]`."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertforge.commands.common import add_command
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        subparsers, "export", help="export a model to a Hugging Face directory or an ONNX graph",
+        description="Export a run directory, a checkpoint or a model directory. --format hf (default) writes a "
+                    "directory stock transformers loads with AutoModelFor*.from_pretrained / pipeline (label names "
+                    "and tokenizer included); architectures without a stock class are written in bertforge's own "
+                    "format, with a message. --format onnx writes model.onnx (padded inputs with dynamic batch and "
+                    "length) and checks it against the PyTorch model with onnxruntime (pip install "
+                    "'bertforge[onnx]').",
+        example="""
+        bertforge export runs/supersense-minilm --out exported/supersense
+        bertforge export runs/supersense-minilm/checkpoints/step-00000250 --out exported/onnx --format onnx
+        """)
+    parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="run directory, checkpoint or model directory")
+    parser.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    parser.add_argument("--format", choices=("hf", "onnx"), default="hf", help="hf (default) or onnx")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.console import stdout_console
+    from bertforge.export import export_model
+
+    summary = export_model(args.model, args.out, args.format)
+    stdout_console.print(f"{summary.format}: {summary.directory}", markup=False, highlight=False)
+    return 0

@@ -1,0 +1,46 @@
+"""`bertforge finetune CONFIG`: classification / regression fine-tuning with the trainer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from bertforge.commands.common import add_command, add_config_arguments, resolve_config
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        subparsers, "finetune", help="fine-tune a classifier or regressor on labeled csv/tsv/jsonl/parquet data",
+        description="Fine-tune sequence classification (one text or a pair, binary or multi-class, optional "
+                    "class weights and label_map) or regression (STS-B style) from a bertforge run/checkpoint or "
+                    "any Hugging Face BERT directory (model.init_from), or from scratch (model.preset + "
+                    "model.tokenizer). Batches carry only real tokens. Writes a run directory with metrics, "
+                    "checkpoints (the best one by train.best_metric is reloaded at the end), the test report "
+                    "(test_results.json, test_report.md, test_confusion_matrix.png) and final/, a Hugging Face "
+                    "model that transformers.pipeline loads as is. Works under torchrun.",
+        example="""
+        bertforge finetune configs/finetune/supersense-minilm.yaml
+        bertforge finetune configs/finetune/supersense-tiny.yaml model.init_from=runs/quickstart-pretrain
+        torchrun --nproc_per_node=2 -m bertforge.cli finetune my.yaml train.micro_batch_size=16
+        """)
+    add_config_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.console import stdout_console
+    from bertforge.tasks.classify import ClassificationTask
+    from bertforge.train.trainer import Trainer
+
+    config = resolve_config(args)
+    if config is None:
+        return 0
+    result = Trainer(config, ClassificationTask(config)).fit()
+    if result.stopped_by == "signal":
+        return 0
+    for path in sorted(result.run_dir.glob("*_results.json")):
+        report = json.loads(path.read_text(encoding="utf-8"))
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in report["metrics"].items() if k != "examples")
+        stdout_console.print(f"{report['split']}: {shown}", markup=False)
+    stdout_console.print(f"run directory: {result.run_dir}  (final model: {result.run_dir / 'final'})", markup=False)
+    return 0

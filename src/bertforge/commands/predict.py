@@ -1,0 +1,51 @@
+"""`bertforge predict MODEL --input FILE --out preds.jsonl`: batched, unpadded classification / regression."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertforge.commands.common import add_command
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """The text columns of an input file (shared with `bertforge evaluate`)."""
+    parser.add_argument("--text-column", default="text", help="column with the (first) text (default: text)")
+    parser.add_argument("--text-pair-column", default=None, help="column with the second text, for pair models")
+    parser.add_argument("--delimiter", default=None,
+                        help="csv/tsv delimiter (default: from the extension, comma for .csv, tab for .tsv)")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per forward pass (default 64)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        subparsers, "predict", help="predict labels (with probabilities) or scores for a file of texts",
+        description="Run a fine-tuned model over a csv/tsv/jsonl/parquet file (or bundled:supersense/SPLIT) and "
+                    "write one JSON line per text: the label, its probability and every class's probability "
+                    "(classification) or the score (regression). MODEL is a run directory, its final/, a "
+                    "checkpoint, or a bertforge / Hugging Face model directory. Batches are unpadded.",
+        example="""
+        bertforge predict runs/supersense-minilm --input bundled:supersense/test --out preds.jsonl
+        bertforge predict runs/nli/final --input pairs.tsv --text-column premise --text-pair-column hypothesis \\
+            --out preds.jsonl
+        """)
+    parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
+    parser.add_argument("--input", required=True, help="file with the texts to classify")
+    parser.add_argument("--out", required=True, help="output JSON lines file")
+    add_input_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.console import log
+    from bertforge.errors import BertforgeError
+    from bertforge.inference import load_model, prediction_rows, read_inputs, write_jsonl
+
+    if args.batch_size < 1:
+        raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
+    loaded = load_model(args.model)
+    split = read_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                        delimiter=args.delimiter)
+    rows = prediction_rows(loaded, split, args.batch_size)
+    path = write_jsonl(rows, args.out)
+    log.info(f"{len(rows):,} predictions written to {path}")
+    return 0

@@ -1,0 +1,168 @@
+"""Ship a trained model: a Hugging Face directory, or an ONNX graph checked with onnxruntime.
+
+`hf` writes what `transformers` loads with no custom code (`models.hf.export_hf`: the stock
+`Bert*` / `ModernBert*` class, label names in config.json, the tokenizer files).
+
+`onnx` exports the *equivalent stock `transformers` model* with padded inputs
+(`input_ids`, `attention_mask`[, `token_type_ids`] of shape [batch, length]) rather than our
+unpadded encoder: ONNX graphs need static control flow, and the packed layout's row placement
+depends on the values of `cu_seqlens` (a tracer would bake in one batch's boundaries). ONNX
+runtimes and servers expect padded inputs anyway. `torch.onnx.export(dynamo=True)` writes the
+graph with dynamic batch and length; the result is then run with onnxruntime on a batch of other
+shapes and compared with our PyTorch model's outputs on the real tokens — the export is kept only
+if they agree within `atol`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.console import log
+from bertforge.errors import BertforgeError
+from bertforge.inference import LoadedModel, load_model
+
+FORMATS = ("hf", "onnx")
+ONNX_FILE = "model.onnx"
+ONNX_OPSET = 18
+CHECK_TEXTS = ("the quality of being good",
+               "a written message addressed to a person or organization, often long and formal",
+               "run")
+CHECK_PAIRS = ("act of moving", "a place where people live", "the act of running quickly")
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    directory: Path
+    format: str  # transformers | bertforge | onnx
+    message: str
+    max_abs_difference: float | None = None  # onnx: largest |onnxruntime - PyTorch| on the check batch
+
+
+def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf", atol: float = 1e-4) -> ExportSummary:
+    """Export the model at `reference` (any shape `bertforge.locate` knows) to `out_dir`."""
+    if format not in FORMATS:
+        raise BertforgeError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
+    loaded = load_model(reference)
+    if format == "hf":
+        from bertforge.models.hf import export_hf
+
+        result = export_hf(loaded.model, loaded.tokenizer_dir, out_dir)
+        return ExportSummary(result.directory, result.format, result.message)
+    return export_onnx(loaded, out_dir, atol)
+
+
+# ---------------------------------------------------------------------------------------------
+# onnx
+
+
+def _require_onnx() -> None:
+    missing = [name for name in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BertforgeError(f"--format onnx needs {', '.join(missing)}; install the extra: "
+                             "pip install 'bertforge[onnx]'")
+
+
+class _PaddedOutput(nn.Module):
+    """The stock transformers model with a plain tensor output (logits, or hidden states for an encoder)."""
+
+    def __init__(self, hf_model: nn.Module, output: str) -> None:
+        super().__init__()
+        self.hf_model, self.output = hf_model, output
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        return getattr(self.hf_model(input_ids=input_ids, attention_mask=attention_mask, **extra), self.output)
+
+
+def _output_name(model: nn.Module) -> str:
+    from bertforge.models import BertforgeForPreTraining, BertforgeForSequenceClassification
+
+    if isinstance(model, BertforgeForSequenceClassification):
+        return "logits"
+    if isinstance(model, BertforgeForPreTraining):
+        return "prediction_logits" if model.nsp else "logits"
+    return "last_hidden_state"
+
+
+def _padded_batch(loaded: LoadedModel, texts: tuple[str, ...], pairs: tuple[str, ...] | None) -> dict[str, torch.Tensor]:
+    """Real tokenized text when the model has a tokenizer, else token ids drawn from the vocabulary."""
+    from bertforge.data.labeled import LabeledDataset, LabeledSplit, collate_padded
+
+    if loaded.tokenizer_dir is None:
+        generator = torch.Generator().manual_seed(0)
+        lengths = [5 + 3 * i for i in range(len(texts))]
+        ids = torch.randint(5, loaded.model.config.vocab_size, (len(texts), max(lengths)), generator=generator)
+        mask = (torch.arange(max(lengths)) < torch.tensor(lengths)[:, None]).long()
+        return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    split = LabeledSplit("export check", "classification", list(texts), list(pairs) if pairs else None, None, [])
+    dataset = LabeledDataset(split, loaded.tokenizer_dir, loaded.max_length)
+    batch = collate_padded([dataset[i] for i in range(len(dataset))], pad_token_id=dataset.pad_token_id)
+    return {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def _our_outputs(model: nn.Module, batch: dict[str, torch.Tensor], output: str) -> np.ndarray:
+    """Our model on the padded batch, in the same layout as the ONNX output."""
+    from bertforge.models import pad_tokens
+
+    with torch.no_grad():
+        result = model(**batch)
+    if output == "last_hidden_state":
+        return pad_tokens(result, batch["attention_mask"]).numpy()
+    if hasattr(result, "mlm_logits"):
+        return pad_tokens(result.mlm_logits, batch["attention_mask"]).numpy()
+    return result.logits.numpy()
+
+
+def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) -> ExportSummary:
+    """`model.onnx` + config.json + tokenizer files in `out_dir`, verified against PyTorch with onnxruntime."""
+    _require_onnx()
+    import onnxruntime
+
+    from bertforge.models.hf import special_token_ids, to_hf_model
+    from bertforge.models.serialization import copy_tokenizer_files, write_directory_atomically
+
+    model = loaded.model.eval()
+    hf_model = to_hf_model(model, special_token_ids(loaded.tokenizer_dir)).eval()
+    output = _output_name(model)
+    wrapper = _PaddedOutput(hf_model, output).eval()
+    uses_token_types = model.config.type_vocab_size > 0
+    inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if uses_token_types else [])
+    trace_batch = _padded_batch(loaded, CHECK_TEXTS[:2], None)
+    check_batch = _padded_batch(loaded, CHECK_TEXTS, CHECK_PAIRS)
+    dynamic = {name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("length")} for name in inputs}
+    summary: dict[str, float] = {}
+
+    def write(staging: Path) -> None:
+        torch.onnx.export(wrapper, tuple(trace_batch[name] for name in inputs), str(staging / ONNX_FILE),
+                          input_names=inputs, output_names=[output], dynamic_shapes=dynamic, dynamo=True,
+                          opset_version=ONNX_OPSET, verbose=False)
+        session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
+        onnx_out = session.run(None, {name: check_batch[name].numpy() for name in inputs})[0]
+        ours = _our_outputs(model, {name: check_batch[name] for name in inputs}, output)
+        real = check_batch["attention_mask"].numpy().astype(bool)
+        if onnx_out.ndim == 3:  # token-level outputs: compare the real tokens only
+            onnx_out, ours = onnx_out[real], ours[real]
+        difference = float(np.abs(onnx_out - ours).max())
+        if not difference <= atol:
+            raise RuntimeError(f"the ONNX graph disagrees with the PyTorch model by {difference:.2e} (> {atol}); "
+                               "please report this with the model's config")
+        summary["difference"] = difference
+        hf_model.config.save_pretrained(str(staging))
+        if loaded.tokenizer_dir is not None:
+            copy_tokenizer_files(loaded.tokenizer_dir, staging)
+        (staging / "onnx_inputs.json").write_text(json.dumps({"inputs": inputs, "output": output,
+                                                              "opset": ONNX_OPSET}, indent=2) + "\n", encoding="utf-8")
+
+    directory = write_directory_atomically(Path(out_dir), write)
+    message = (f"exported {type(hf_model).__name__} to {directory / ONNX_FILE} (inputs {', '.join(inputs)} "
+               f"[batch, length]; output {output}); onnxruntime matches PyTorch within {summary['difference']:.1e}")
+    log.info(message)
+    return ExportSummary(directory, "onnx", message, summary["difference"])

@@ -1,0 +1,62 @@
+"""Curves of a run from its `metrics.jsonl`: loss, accuracies, learning rate, throughput."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from bertforge.errors import BertforgeError
+
+# what is worth a picture, in the order users look at them
+PLOTTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "accuracy", "f1_macro", "matthews", "pearson",
+           "spearman", "lr", "tokens_per_s", "samples_per_s", "mfu", "grad_norm")
+
+
+def read_metrics(path: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """{metric: {split: [(step, value), ...]}}."""
+    series: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise BertforgeError(f"{path}:{number}: not a JSON line; the file is damaged") from None
+        for key, value in record.items():
+            if key not in ("step", "split", "time") and isinstance(value, int | float):
+                series[key][record["split"]].append((int(record["step"]), float(value)))
+    return series
+
+
+def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
+    metrics_file = run_dir / "metrics.jsonl"
+    if not metrics_file.is_file():
+        raise BertforgeError(f"{run_dir} has no metrics.jsonl; give a run directory written by bertforge")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = read_metrics(metrics_file)
+    out_dir = out_dir or run_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for metric in (m for m in PLOTTED if m in series):
+        figure, axes = plt.subplots(figsize=(6, 3.5), dpi=100)
+        for split, points in sorted(series[metric].items()):
+            steps, values = zip(*points, strict=True)
+            axes.plot(steps, values, marker="o" if split != "train" else None, markersize=3, label=split)
+        axes.set_xlabel("step")
+        axes.set_ylabel(metric)
+        axes.set_title(f"{run_dir.name}: {metric}")
+        axes.grid(alpha=0.3)
+        if metric == "lr":
+            axes.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+        axes.legend()
+        figure.tight_layout()
+        path = out_dir / f"{metric}.png"
+        figure.savefig(path)
+        plt.close(figure)
+        written.append(path)
+    return written

@@ -1,0 +1,238 @@
+"""Sequence classification and regression fine-tuning: the second white-box `Task` (after pre-training).
+
+One class covers one text or a text pair, binary or multi-class classification (optionally with
+class weights) and STS-B-style regression. Examples are tokenized once and batched unpadded
+(`collate_unpadded`): a batch of 18-token glosses costs 18 tokens each, not 128 or 512.
+
+The loss is a sum over the micro-batch divided by the examples of the whole global batch (the
+trainer's loss units; with class weights, the summed weights of the batch's labels, as
+`cross_entropy(weight=...)` averages), so accumulation and data parallelism give the same step
+as one big batch. At the end the trainer reloads the best checkpoint and calls `save_final`, which
+evaluates the test split (metrics, per-class report, confusion matrix as markdown and PNG in the
+run directory) and exports `final/` in Hugging Face format with the label names, so
+`transformers.pipeline("text-classification", model=run/final)` works as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.config import Config
+from bertforge.console import console, log
+from bertforge.data.labeled import (
+    LabeledData,
+    LabeledDataset,
+    LabeledSplit,
+    collate_unpadded,
+    load_labeled_data,
+)
+from bertforge.errors import ConfigError
+from bertforge.inference import (
+    classification_loss,
+    evaluate_dataset,
+    metrics_line,
+    model_inputs,
+    outputs_of,
+    write_evaluation,
+)
+from bertforge.locate import (
+    load_checkpoint_model,
+    locate_model,
+    resolve_data_file,
+    resolve_model_path,
+    save_model_description,
+    tokenizer_dir_for,
+)
+from bertforge.tasks.metrics import CLASSIFICATION_METRICS, REGRESSION_METRICS, best_mode, compute_metrics
+from bertforge.train.task import Batch, Task, TaskData
+
+LOSS_UNIT = "examples"
+DROPOUT_FIELDS = ("hidden_dropout", "attention_dropout", "classifier_dropout")
+PRINTED_CONFUSION_CLASSES = 12  # larger confusion matrices go to the report file and the PNG only
+
+
+class ClassificationTask(Task):
+    """Fine-tune a classifier / regressor on `finetune.*` data, from `model.init_from` or from scratch.
+
+    `data` and `final_splits` let a caller (the GLUE runner) bring splits read its own way:
+    `final_splits` are evaluated with the best checkpoint at the end (default: the test split, or
+    the validation split when there is no test file).
+    """
+
+    def __init__(self, config: Config, data: LabeledData | None = None,
+                 final_splits: Mapping[str, LabeledSplit] | None = None) -> None:
+        super().__init__(config)
+        self.labeled = data
+        self.explicit_final_splits = dict(final_splits) if final_splits is not None else None
+        self.class_weights: torch.Tensor | None = None
+
+    # --- data -----------------------------------------------------------------------------------
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.run.output_dir) / self.config.run.name
+
+    def tokenizer_dir(self) -> Path:
+        """`model.tokenizer`, else the tokenizer that comes with `model.init_from`."""
+        section = self.config.model
+        if section.tokenizer:
+            return resolve_model_path(section.tokenizer)
+        if section.init_from:
+            found = tokenizer_dir_for(locate_model(section.init_from))
+            if found is not None:
+                return found
+            raise ConfigError(f"model.init_from {section.init_from} comes without a tokenizer; set model.tokenizer "
+                              "to the tokenizer directory it was trained with")
+        raise ConfigError("a model trained from scratch needs model.tokenizer (a tokenizer directory, e.g. from "
+                          "`bertforge tokenizer train`), or set model.init_from to a pre-trained model")
+
+    def _read_data(self) -> LabeledData:
+        section = self.config.finetune
+        resolved = dataclasses.replace(section, train_file=resolve_data_file(section.train_file),
+                                       validation_file=resolve_data_file(section.validation_file),
+                                       test_file=resolve_data_file(section.test_file))
+        return load_labeled_data(resolved)
+
+    def build_datasets(self) -> TaskData:
+        if self.labeled is None:
+            self.labeled = self._read_data()
+        data = self.labeled
+        self._check_best_metric(data.task_type, data.label_names)
+        max_length = self.config.finetune.max_length
+        tokenizer = self.tokenizer_dir()
+        train = LabeledDataset(data.train, tokenizer, max_length)
+        validation = LabeledDataset(data.validation, tokenizer, max_length) if data.validation is not None else None
+        if data.class_weights is not None:
+            self.class_weights = torch.tensor(data.class_weights, dtype=torch.float32)
+        kind = "regression" if data.task_type == "regression" else f"{data.num_labels} classes"
+        log.info(f"fine-tuning data: {len(train):,} training examples ({train.num_tokens / len(train):.1f} tokens "
+                 f"on average, no padding), {len(validation) if validation else 0:,} validation, {kind}")
+        return TaskData(train=train, collate=collate_unpadded, validation=validation,
+                        tokens_per_sample=train.num_tokens / len(train))
+
+    def _check_best_metric(self, task_type: str, label_names: list[str]) -> None:
+        metric = self.config.train.best_metric
+        if metric is None:
+            return
+        available = set(REGRESSION_METRICS if task_type == "regression" else CLASSIFICATION_METRICS) | {"loss"}
+        if task_type == "classification" and len(label_names) != 2:
+            available.discard("f1")  # binary F1 of class 1 needs two classes; f1_macro is always there
+        if metric not in available:
+            raise ConfigError(f"train.best_metric is {metric!r}, which {task_type} evaluation does not report; "
+                              f"choose one of {', '.join(sorted(available))}")
+        if self.config.train.best_mode != best_mode(metric):
+            log.warning(f"train.best_mode is {self.config.train.best_mode} but a better {metric} is "
+                        f"{'larger' if best_mode(metric) == 'max' else 'smaller'}; set train.best_mode={best_mode(metric)}")
+
+    # --- model ----------------------------------------------------------------------------------
+
+    def build_model(self) -> nn.Module:
+        assert self.labeled is not None, "build_datasets() comes first"
+        data, section = self.labeled, self.config.model
+        label_names = data.label_names if data.task_type == "classification" else None
+        if section.init_from:
+            model = self._model_from(section.init_from, data.task_type, data.num_labels, label_names)
+        else:
+            from bertforge.data.tokenizer import load_tokenizer
+            from bertforge.models import BertforgeForSequenceClassification, encoder_config_from_section
+
+            encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
+            model = BertforgeForSequenceClassification(encoder, data.num_labels, data.task_type, label_names)
+        positions = model.config.max_position_embeddings
+        if model.config.position == "learned" and self.config.finetune.max_length > positions:
+            raise ConfigError(f"finetune.max_length is {self.config.finetune.max_length} but the model has learned "
+                              f"positions for {positions} tokens; set finetune.max_length <= {positions}")
+        save_model_description(model, self.run_dir)
+        return model
+
+    def _model_from(self, reference: str, task_type: str, num_labels: int, label_names: list[str] | None) -> nn.Module:
+        """The encoder (and BERT's pooler) of any saved model, with a fresh head for our labels."""
+        from bertforge.models import load_for_task, save_bertforge_model
+
+        section = self.config.model
+        overrides: dict[str, object] = {name: getattr(section, name) for name in DROPOUT_FIELDS
+                                        if getattr(section, name) is not None}
+        overrides["attention_backend"] = section.attention_backend
+        if section.pooling != "pooler":  # the default keeps what the source model pools with
+            overrides["pooling"] = section.pooling
+        arguments: dict[str, Any] = dict(num_labels=num_labels, problem_type=task_type, label_names=label_names,
+                                         config_overrides=overrides)
+        location = locate_model(reference)
+        if location.kind != "checkpoint":
+            return load_for_task(location.path, "classification", **arguments)
+        with tempfile.TemporaryDirectory(prefix="bertforge-init-") as staging:
+            source = save_bertforge_model(load_checkpoint_model(location.path, location.run_dir), Path(staging) / "m")
+            return load_for_task(source, "classification", **arguments)
+
+    # --- training -------------------------------------------------------------------------------
+
+    def _weights_on(self, device: torch.device) -> torch.Tensor | None:
+        if self.class_weights is not None and self.class_weights.device != device:
+            self.class_weights = self.class_weights.to(device)
+        return self.class_weights
+
+    def loss_units(self, batch: Batch) -> dict[str, float]:
+        if self.class_weights is not None:
+            return {LOSS_UNIT: float(self.class_weights.cpu()[batch["labels"].cpu()].sum())}
+        return {LOSS_UNIT: float(batch["num_samples"])}
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        labels = batch["labels"]
+        output = model(**model_inputs(batch), labels=labels, class_weights=self._weights_on(labels.device))
+        loss = output.loss_sum / batch["global_loss_units"][LOSS_UNIT]
+        if output.correct is None:
+            return loss, {}
+        return loss, {"accuracy": float(output.correct) / batch["num_samples"]}
+
+    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        assert self.labeled is not None
+        logits, labels = outputs_of(model, batches)
+        assert labels is not None
+        task_type = self.labeled.task_type
+        predictions = logits.squeeze(-1).numpy() if task_type == "regression" else logits.numpy()
+        metrics = compute_metrics(task_type, predictions, labels.numpy(), self.labeled.label_names)
+        return metrics | {"loss": classification_loss(task_type, logits, labels)}
+
+    def flops_per_token(self, model: nn.Module) -> float | None:
+        """6 x the parameters a token passes through (the word-embedding lookup is not a matmul)."""
+        encoder = getattr(model, "encoder", None)
+        if encoder is None:
+            return None
+        embedded = encoder.embeddings.word_embeddings.weight.numel()
+        return 6.0 * (sum(p.numel() for p in model.parameters()) - embedded)
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def final_splits(self) -> dict[str, LabeledSplit]:
+        if self.explicit_final_splits is not None:
+            return self.explicit_final_splits
+        assert self.labeled is not None
+        if self.labeled.test is not None:
+            return {"test": self.labeled.test}
+        return {"validation": self.labeled.validation} if self.labeled.validation is not None else {}
+
+    def save_final(self, model: nn.Module, directory: Path) -> None:
+        """Evaluate the final splits with the (best) model, then export `final/` in Hugging Face format."""
+        from bertforge.models.hf import export_hf
+
+        model.eval()
+        tokenizer = self.tokenizer_dir()
+        for name, split in self.final_splits().items():
+            dataset = LabeledDataset(split, tokenizer, self.config.finetune.max_length)
+            report = evaluate_dataset(model, dataset, name, self.config.train.micro_batch_size)
+            written = write_evaluation(report, directory.parent)
+            log.info(f"{name} ({len(dataset):,} examples): {metrics_line(report.metrics)}")
+            log.info(f"{name} report: {', '.join(str(p) for p in written)}")
+            if report.confusion is not None and len(report.label_names) <= PRINTED_CONFUSION_CLASSES:
+                from bertforge.tasks.metrics import confusion_table, per_class_table
+
+                console.print(per_class_table(report.per_class, title=f"{name}: per-class metrics"))
+                console.print(confusion_table(report.confusion, report.label_names, title=f"{name}: confusion matrix"))
+        export_hf(model, tokenizer, directory)

@@ -1,0 +1,135 @@
+"""The pre-training task: MLM (+ NSP when the prepared data has sentence pairs).
+
+White-box API example #1. The loss is normalised over the masked tokens of the whole global batch
+(`loss_units`), not per micro-batch: with accumulation or several ranks a per-micro-batch mean
+would over-weight micro-batches that happen to have few masked tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bertforge.config import Config
+from bertforge.console import log
+from bertforge.data.loader import PretrainingLoader, build_eval_loader
+from bertforge.data.masking import MaskingSettings
+from bertforge.data.sampler import BatchGeometry
+from bertforge.data.shards import PretokenizedDataset
+from bertforge.data.tokenizer import load_tokenizer
+from bertforge.errors import ConfigError
+from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task, parameter_groups
+from bertforge.train.task import Batch, Task, TaskData
+
+MODEL_INPUTS = ("input_ids", "cu_seqlens", "max_seqlen", "position_ids", "token_type_ids", "masked_positions",
+                "masked_labels", "next_sentence_label")
+
+
+class PretrainTask(Task):
+    def build_datasets(self) -> TaskData:
+        data = self.config.data
+        if data.path is None:
+            raise ConfigError("`data.path` is not set: prepare a dataset with `bertforge prepare pretrain --input ... "
+                              "--tokenizer ... --out DIR` and pass data.path=DIR")
+        train = PretokenizedDataset(data.path, "train")
+        if train.seq_len > data.seq_len:
+            raise ConfigError(f"`data.seq_len` is {data.seq_len} but {data.path} was prepared with --seq-len "
+                              f"{train.seq_len}; set data.seq_len={train.seq_len} or prepare the data again")
+        self.nsp = train.has_pairs
+        self.tokenizer_dir = train.tokenizer_path
+        self.vocab_size = load_tokenizer(self.tokenizer_dir).vocab_size
+        masking = MaskingSettings(mask_prob=data.mask_prob, mask_replace_prob=data.mask_replace_prob,
+                                  random_replace_prob=data.random_replace_prob,
+                                  whole_word=data.whole_word_masking, seed=self.config.run.seed)
+        seed, workers, packing = self.config.run.seed, data.num_workers, data.packing
+
+        def train_loader(geometry: BatchGeometry) -> PretrainingLoader:
+            return PretrainingLoader(train, geometry, seed=seed, num_workers=workers, packing=packing,
+                                     masking=masking)
+
+        validation_batches = None
+        if "validation" in train.manifest["splits"] and train.manifest["splits"]["validation"]["samples"] > 0:
+            validation = PretokenizedDataset(data.path, "validation")
+            loader = build_eval_loader(validation, micro_batch_size=self.config.train.micro_batch_size,
+                                       packing=packing, masking=masking)
+            validation_batches = _first_samples(loader, data.validation_samples)
+        else:
+            log.warning(f"{data.path} has no validation split: no MLM accuracy will be reported "
+                        "(prepare it with --split 980,20)")
+        total_tokens = sum(len(shard["tokens"]) for shard in train._open())
+        tokens_per_sample = total_tokens / max(len(train), 1)
+        return TaskData(train=train_loader, validation_batches=validation_batches, tokens_per_sample=tokens_per_sample)
+
+    def build_model(self) -> nn.Module:
+        section = self.config.model
+        if section.init_from:
+            overrides = {k: getattr(section, k) for k in ("hidden_dropout", "attention_dropout")
+                         if getattr(section, k) is not None} | {"attention_backend": section.attention_backend}
+            return load_for_task(section.init_from, "pretraining", nsp=self.nsp, config_overrides=overrides)
+        return BertforgeForPreTraining(encoder_config_from_section(section, self.vocab_size), nsp=self.nsp)
+
+    def parameter_groups(self, model: nn.Module) -> list[dict[str, object]]:
+        return parameter_groups(model, self.config.optim.weight_decay)
+
+    def loss_units(self, batch: Batch) -> dict[str, float]:
+        units = {"masked_tokens": float(batch["masked_positions"].numel())}
+        if self.nsp:
+            units["sequences"] = float(batch["num_samples"])
+        return units
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        output = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
+        totals = batch["global_loss_units"]
+        loss = output.mlm_loss_sum / totals["masked_tokens"]
+        metrics = {"mlm_accuracy": float(output.mlm_correct) / max(output.num_masked, 1)}
+        if self.nsp:
+            loss = loss + output.nsp_loss_sum / totals["sequences"]
+            metrics["nsp_accuracy"] = float(output.nsp_correct) / max(int(batch["num_samples"]), 1)
+        return loss, metrics
+
+    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        mlm_loss = mlm_correct = masked = nsp_loss = nsp_correct = sequences = 0.0
+        for batch in batches:
+            output = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
+            mlm_loss += float(output.mlm_loss_sum)
+            mlm_correct += float(output.mlm_correct)
+            masked += output.num_masked
+            if self.nsp:
+                nsp_loss += float(output.nsp_loss_sum)
+                nsp_correct += float(output.nsp_correct)
+                sequences += int(batch["num_samples"])
+        results = {"mlm_loss": mlm_loss / max(masked, 1), "mlm_accuracy": mlm_correct / max(masked, 1)}
+        results["mlm_perplexity"] = float(torch.tensor(results["mlm_loss"]).exp())
+        if self.nsp:
+            results["nsp_loss"] = nsp_loss / max(sequences, 1)
+            results["nsp_accuracy"] = nsp_correct / max(sequences, 1)
+        return results
+
+    def flops_per_token(self, model: nn.Module) -> float:
+        """6 × (encoder matrix parameters) per token, plus attention scores and the masked-only MLM head."""
+        config = model.config
+        hidden, layers, seq_len = config.hidden_size, config.num_layers, self.config.data.seq_len
+        encoder = sum(p.numel() for n, p in model.named_parameters() if p.ndim == 2 and "embeddings" not in n
+                      and "mlm_head" not in n)
+        attention = 2 * 2 * layers * seq_len * hidden  # QK^T and AV per token (average full-length context)
+        mlm_head = self.config.data.mask_prob * (2 * hidden * config.vocab_size + 2 * hidden * hidden)
+        return 3 * (2 * encoder + attention + mlm_head)
+
+    def save_final(self, model: nn.Module, directory: Path) -> None:
+        from bertforge.models import export_hf
+
+        export_hf(model, self.tokenizer_dir, directory)
+
+
+def _first_samples(loader: Iterable[Batch], limit: int | None) -> list[Batch]:
+    """Validation batches, built once (fixed masks), up to `limit` samples."""
+    batches, seen = [], 0
+    for batch in loader:
+        batches.append(batch)
+        seen += int(batch["num_samples"])
+        if limit is not None and seen >= limit:
+            break
+    return batches
