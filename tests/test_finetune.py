@@ -1,0 +1,220 @@
+"""`bertforge finetune`: classification and regression runs on real data, from MiniLM or from scratch,
+with the best checkpoint, early stopping, the test report, and errors that name the file and line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from glue_layout import build_glue_layout
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.finetuning import (  # noqa: E402
+    TINY_MODEL,
+    finetune,
+    metrics_records,
+    minilm_dir,
+    run_cli,
+    supersense_files,
+)
+
+from bertforge.inference import evaluate_file, load_model  # noqa: E402
+from bertforge.locate import MODEL_DESCRIPTION  # noqa: E402
+from bertforge.tasks.classify import ClassificationTask  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("glue")
+    build_glue_layout(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A tiny random BERT fine-tuned on 512 supersense glosses for 2 epochs, validated every 8 steps."""
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    finetune(run_dir, *TINY_MODEL, *supersense_files(data_dir), f"model.tokenizer={minilm_dir()}",
+             "finetune.max_length=64", "optim.lr=2e-3", "train.micro_batch_size=32", "train.global_batch_size=64",
+             "train.max_epochs=2", "train.eval_every=8", "train.best_metric=accuracy", "train.checkpoint_every=8")
+    return run_dir
+
+
+def test_tiny_model_run_directory_holds_metrics_test_report_and_a_labeled_hf_model(tiny_run: Path) -> None:
+    train = metrics_records(tiny_run, "train")
+    assert train[-1]["loss"] < train[0]["loss"]
+    validation = metrics_records(tiny_run, "validation")
+    assert {"accuracy", "f1_macro", "matthews", "loss"} <= validation[0].keys()
+    results = json.loads((tiny_run / "test_results.json").read_text())
+    assert results["split"] == "test" and results["metrics"]["examples"] == 256
+    assert len(results["per_class"]) == 45 and len(results["confusion_matrix"]) == 45
+    assert sum(map(sum, results["confusion_matrix"])) == 256
+    assert (tiny_run / "test_confusion_matrix.png").read_bytes().startswith(b"\x89PNG")
+    assert "## Confusion matrix" in (tiny_run / "test_report.md").read_text()
+    config = json.loads((tiny_run / "final" / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["id2label"]["0"] == "adj.all" and len(config["label2id"]) == 45
+    assert (tiny_run / "final" / "tokenizer.json").is_file()
+    assert json.loads((tiny_run / MODEL_DESCRIPTION).read_text())["head_arguments"]["num_labels"] == 45
+
+
+def test_final_model_is_the_best_checkpoint_and_its_test_metrics_are_reproducible(tiny_run: Path,
+                                                                                 data_dir: Path) -> None:
+    validation = metrics_records(tiny_run, "validation")
+    best = max(validation, key=lambda record: record["accuracy"])
+    checkpoints = tiny_run / "checkpoints"
+    assert (checkpoints / "best").read_text() == f"step-{best['step']:08d}"
+    test_file = next(data_dir.glob("supersense-test-*.jsonl"))
+    from_checkpoint = evaluate_file(load_model(checkpoints / (checkpoints / "best").read_text()), test_file)
+    from_final = evaluate_file(load_model(tiny_run), test_file)
+    saved = json.loads((tiny_run / "test_results.json").read_text())["metrics"]
+    for metric in ("accuracy", "f1_macro", "matthews"):
+        assert from_checkpoint.metrics[metric] == pytest.approx(saved[metric], abs=1e-9)
+        assert from_final.metrics[metric] == pytest.approx(saved[metric], abs=1e-9)
+
+
+def test_minilm_fine_tuned_for_a_few_steps_beats_the_majority_class(tmp_path: Path, data_dir: Path) -> None:
+    run_dir = tmp_path / "minilm"
+    finetune(run_dir, "model.init_from=all-MiniLM-L6-v2", *supersense_files(data_dir, validation=64),
+             "finetune.max_length=64", "optim.lr=1e-4", "train.micro_batch_size=32", "train.global_batch_size=32",
+             "train.max_epochs=2", "train.best_metric=accuracy")
+    results = json.loads((run_dir / "test_results.json").read_text())
+    majority = max(report["support"] for report in results["per_class"]) / results["metrics"]["examples"]
+    assert results["metrics"]["accuracy"] > majority + 0.05
+    config = json.loads((run_dir / "final" / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"]) == (384, 6)
+
+
+def test_early_stopping_ends_the_run_and_reloads_the_best_checkpoint(tmp_path: Path, data_dir: Path) -> None:
+    run_dir = tmp_path / "diverges"
+    # an absurd learning rate: validation loss stops improving after the first evaluations
+    result = finetune(run_dir, *TINY_MODEL, *supersense_files(data_dir), f"model.tokenizer={minilm_dir()}",
+                      "finetune.max_length=64", "optim.lr=3.0", "schedule.warmup=0", "train.micro_batch_size=32",
+                      "train.global_batch_size=32", "train.max_steps=64", "train.eval_every=2",
+                      "train.best_metric=loss", "train.best_mode=min", "train.early_stopping_patience=2")
+    assert result.stopped_by == "early_stopping" and result.state.step < 64
+    validation = metrics_records(run_dir, "validation")
+    best = min(validation, key=lambda record: record["loss"])
+    assert result.state.best_step == best["step"]
+    assert all(record["loss"] >= best["loss"] for record in validation[-2:])
+    final = evaluate_file(load_model(run_dir), next(data_dir.glob("supersense-validation-*.jsonl")))
+    assert final.metrics["loss"] == pytest.approx(best["loss"], rel=1e-5)
+
+
+def test_regression_on_the_glue_layout_sts_b_files_reports_correlations(tmp_path: Path, glue_dir: Path) -> None:
+    run_dir = tmp_path / "stsb"
+    finetune(run_dir, *TINY_MODEL, f"model.tokenizer={minilm_dir()}", "finetune.task_type=regression",
+             f"finetune.train_file={glue_dir / 'STS-B' / 'train.tsv'}",
+             f"finetune.validation_file={glue_dir / 'STS-B' / 'dev.tsv'}", "finetune.text_column=sentence1",
+             "finetune.text_pair_column=sentence2", "finetune.label_column=score", "finetune.max_length=96",
+             "optim.lr=1e-3", "train.micro_batch_size=30", "train.global_batch_size=30", "train.max_epochs=2",
+             "train.best_metric=pearson")
+    report = json.loads((run_dir / "validation_results.json").read_text())
+    assert report["task_type"] == "regression" and report["confusion_matrix"] is None
+    assert {"pearson", "spearman", "mse", "loss"} <= report["metrics"].keys()
+    assert report["metrics"]["mse"] == pytest.approx(report["metrics"]["loss"])
+    config = json.loads((run_dir / "final" / "config.json").read_text())
+    assert config["problem_type"] == "regression" and config["num_labels"] == 1
+
+
+def test_pair_classification_on_the_mnli_layout_with_class_weights(tmp_path: Path, glue_dir: Path) -> None:
+    run_dir = tmp_path / "mnli"
+    finetune(run_dir, *TINY_MODEL, f"model.tokenizer={minilm_dir()}", f"finetune.train_file={glue_dir / 'MNLI' / 'train.tsv'}",
+             f"finetune.validation_file={glue_dir / 'MNLI' / 'dev_matched.tsv'}",
+             f"finetune.test_file={glue_dir / 'MNLI' / 'dev_mismatched.tsv'}", "finetune.text_column=sentence1",
+             "finetune.text_pair_column=sentence2", "finetune.label_column=gold_label",
+             "finetune.labels=[entailment,neutral,contradiction]", "finetune.class_weights=[1.0,2.0,1.0]",
+             "finetune.max_length=128", "optim.lr=1e-3", "train.micro_batch_size=20", "train.global_batch_size=20",
+             "train.max_steps=6")
+    results = json.loads((run_dir / "test_results.json").read_text())
+    assert results["label_names"] == ["entailment", "neutral", "contradiction"]
+    assert results["metrics"]["examples"] == 100
+    assert json.loads((run_dir / "final" / "config.json").read_text())["id2label"] == {
+        "0": "entailment", "1": "neutral", "2": "contradiction"}
+
+
+def test_class_weights_make_the_loss_a_weighted_mean_over_the_global_batch(tmp_path: Path, data_dir: Path) -> None:
+    from helpers.finetuning import run_config
+
+    config = run_config(tmp_path / "weights", *TINY_MODEL, f"model.tokenizer={minilm_dir()}",
+                        "finetune.train_file=bundled:supersense/validation", "finetune.class_weights=[" +
+                        ",".join(["1.0"] * 44 + ["3.0"]) + "]")
+    task = ClassificationTask(config)
+    data = task.build_datasets()
+    model = task.build_model().eval()
+    batch = data.collate([data.train[i] for i in range(40)])
+    units = task.loss_units(batch)
+    expected_units = float(task.class_weights[batch["labels"]].sum())
+    assert units == {"examples": expected_units}
+    batch["global_loss_units"] = units
+    loss, _ = task.forward_step(batch, model)
+    logits = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
+                   position_ids=batch["position_ids"], token_type_ids=batch["token_type_ids"]).logits
+    reference = torch.nn.functional.cross_entropy(logits, batch["labels"], weight=task.class_weights)
+    assert float(loss) == pytest.approx(float(reference), rel=1e-5)
+
+
+def test_fine_tuning_starts_from_a_run_directory_or_one_of_its_checkpoints(tmp_path: Path, tiny_run: Path,
+                                                                          data_dir: Path) -> None:
+    checkpoint = tiny_run / "checkpoints" / (tiny_run / "checkpoints" / "latest").read_text()
+    for name, source in (("from-run", tiny_run), ("from-checkpoint", checkpoint)):
+        config_overrides = [f"model.init_from={source}", *supersense_files(data_dir, validation=32, test=32),
+                            "finetune.max_length=64", "train.micro_batch_size=32", "train.global_batch_size=32",
+                            "train.max_steps=1", "optim.lr=1e-9"]
+        finetune(tmp_path / name, *config_overrides)
+        config = json.loads((tmp_path / name / "final" / "config.json").read_text())
+        assert config["hidden_size"] == 64
+    # lr 1e-9 for one step: the encoder of the new runs is the source's (the classifier, same labels, too)
+    from_run = load_model(tmp_path / "from-run").model.state_dict()
+    source = load_model(tiny_run).model.state_dict()
+    assert torch.allclose(from_run["encoder.layers.0.attention.qkv.weight"],
+                          source["encoder.layers.0.attention.qkv.weight"], atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input through the CLI: exit code 2, one line naming the file and line, no traceback
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BAD_INPUTS = {
+    "missing_column": ("train.csv", "sentence,label\nthe law of the land,noun.act\n", [], "no column 'text'"),
+    "unknown_label_in_validation": ("validation.csv", "text,label\na gloss,noun.act\nanother gloss,noun.zzz\n", [],
+                                    "validation.csv:3: label 'noun.zzz'"),
+    "empty_text": ("train.csv", "text,label\na gloss,noun.act\n  ,noun.act\n", [], "train.csv:3: empty text"),
+    "wrong_delimiter": ("train.csv", "text\tlabel\na gloss\tnoun.act\n", [], "tab-separated"),
+    "non_numeric_regression_label": ("train.csv", "text,label\na gloss,0.5\nanother,high\n",
+                                     ["finetune.task_type=regression"], "train.csv:3: regression label 'high'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_exits_with_code_2_and_one_line_naming_the_file_and_line(tmp_path: Path, case: str) -> None:
+    name, text, extra, expected = BAD_INPUTS[case]
+    good = "text,label\na gloss,noun.act\nanother gloss,noun.state\n"
+    files = {"train.csv": good, "validation.csv": good} | {name: text}
+    for file_name, content in files.items():
+        _write(tmp_path / file_name, content)
+    config = _write(tmp_path / "config.yaml", f"""
+run: {{name: bad, output_dir: {tmp_path / 'runs'}}}
+model: {{preset: bert-tiny, tokenizer: {minilm_dir()}}}
+finetune: {{train_file: {tmp_path / 'train.csv'}, validation_file: {tmp_path / 'validation.csv'}}}
+train: {{max_steps: 1, micro_batch_size: 1, global_batch_size: 1}}
+""")
+    result = run_cli("finetune", str(config), *extra)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert str(tmp_path) in errors[0]
