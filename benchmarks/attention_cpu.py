@@ -3,8 +3,9 @@
 The encoder carries a micro-batch as packed tokens; SDPA wants [rows, heads, len, head_dim]. Each
 candidate below gets the same packed q/k/v and must return what attending within each sequence
 gives. We time forward + backward of a whole bert-base layer (fused QKV, attention, output, MLP,
-norms) on a micro-batch with the bundled corpus' real length distribution, and of attention alone,
-and check each against the eager per-sequence reference.
+norms), and of attention alone, on two micro-batches with real length distributions — pre-training
+samples of the bundled corpus (mostly near 128 tokens) and fine-tuning examples of the bundled
+supersense set (short glosses) — and check each against the eager per-sequence reference.
 
     .venv/bin/python benchmarks/attention_cpu.py           # bert-base layer, 32 samples
     .venv/bin/python benchmarks/attention_cpu.py --quick   # small smoke run
@@ -13,6 +14,8 @@ and check each against the eager per-sequence reference.
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import statistics
 import time
 import warnings
@@ -20,9 +23,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from model_step import corpus_samples
+from model_step import corpus_samples, minilm_dir
 
-from bertforge.models import get_preset
+from bertforge.models import EncoderConfig, get_preset
 from bertforge.models.attention import PackedAttention, eager_attention
 from bertforge.models.encoder import EncoderLayer
 
@@ -152,26 +155,21 @@ def interleaved_medians(functions: dict[str, Callable[[], None]], repeats: int) 
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--samples", type=int, default=32, help="sequences per micro-batch")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    warnings.filterwarnings("ignore")
-    config = get_preset("bert-base")
-    max_documents = None
-    if args.quick:
-        config = get_preset("bert-mini")
-        args.samples, args.repeats, max_documents = 8, 2, 100
-    config.hidden_dropout = config.attention_dropout = 0.0
+def supersense_lengths(count: int) -> list[int]:
+    """Token counts ([CLS] and [SEP] included) of the first supersense train glosses: fine-tuning's shape."""
+    from tokenizers import Tokenizer
 
-    samples = corpus_samples(128, max_documents)
-    generator = torch.Generator().manual_seed(0)
-    picked = [samples[i] for i in torch.randperm(len(samples), generator=generator)[:args.samples].tolist()]
-    lengths = [len(s) for s in picked]
+    from bertforge.data.bundled import supersense_path
+
+    tokenizer = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    with gzip.open(supersense_path("train"), "rt", encoding="utf-8") as rows:
+        texts = [json.loads(line)["text"] for _, line in zip(range(count), rows, strict=False)]
+    return [len(encoding.ids) for encoding in tokenizer.encode_batch(texts)]
+
+
+def measure(title: str, lengths: list[int], config: EncoderConfig, repeats: int, threads: int) -> None:
     cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     total, max_seqlen = sum(lengths), max(lengths)
     torch.manual_seed(0)
@@ -183,9 +181,8 @@ def main() -> None:
     upstream = torch.randn(total, heads, dim)
 
     reference_layer = layer(hidden, EagerReference(cu_seqlens, max_seqlen), None).detach()
-    print(f"## Attention on CPU: {args.samples} corpus samples ({total:,} tokens, lengths "
-          f"{min(lengths)}-{max_seqlen}, mean {total / len(lengths):.0f}), "
-          f"{'bert-mini' if args.quick else 'bert-base'} layer, fp32, {args.threads} threads\n")
+    print(f"### {title}: {len(lengths)} sequences, {total:,} tokens, lengths {min(lengths)}-{max_seqlen} "
+          f"(mean {total / len(lengths):.0f}); {config.hidden_size}-wide layer, fp32, {threads} threads\n")
     print("| strategy | layer fwd+bwd (ms) | attention fwd+bwd (ms) | attention fwd (ms) | max abs error |")
     print("|---|---:|---:|---:|---:|")
     functions: dict[str, Callable[[], None]] = {}
@@ -214,7 +211,7 @@ def main() -> None:
             continue
         functions[f"{name}/attention"] = attention_step
         functions[f"{name}/layer"] = layer_step
-    medians = interleaved_medians(functions, args.repeats)
+    medians = interleaved_medians(functions, repeats)
     for name in CANDIDATES:
         forward = medians[f"{name}/forward"] * 1e3
         if name in no_backward:
@@ -222,6 +219,33 @@ def main() -> None:
         else:
             print(f"| {name} | {medians[f'{name}/layer'] * 1e3:,.0f} | {medians[f'{name}/attention'] * 1e3:,.1f} "
                   f"| {forward:,.1f} | {errors[name]:.1e} |")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--samples", type=int, default=32, help="sequences per micro-batch")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    config = get_preset("bert-base")
+    max_documents = None
+    if args.quick:
+        config = get_preset("bert-mini")
+        args.samples, args.repeats, max_documents = 8, 2, 100
+    config.hidden_dropout = config.attention_dropout = 0.0
+
+    samples = corpus_samples(128, max_documents)
+    generator = torch.Generator().manual_seed(0)
+    picked = torch.randperm(len(samples), generator=generator)[:args.samples].tolist()
+    print("## Attention on CPU\n")
+    measure("Pre-training samples (bundled corpus, packed to 128)", [len(samples[i]) for i in picked], config,
+            args.repeats, args.threads)
+    measure("Fine-tuning examples (supersense glosses)", supersense_lengths(args.samples), config, args.repeats,
+            args.threads)
 
 if __name__ == "__main__":
     main()

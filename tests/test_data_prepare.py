@@ -179,6 +179,7 @@ def test_an_input_without_text_is_a_clear_error(tokenizer_dir: Path, tmp_path: P
     with pytest.raises(DataError, match="no text"):
         prepare_pretraining_data([str(tmp_path / "empty.txt")], tokenizer_dir, tmp_path / "out", workers=0,
                                  progress=False)
+    assert not any((tmp_path / "out").iterdir())  # nothing half-written left behind
 
 
 def _run_cli(args: list[str]) -> subprocess.Popen[bytes]:

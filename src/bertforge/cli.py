@@ -16,6 +16,7 @@ from bertforge.console import NORMAL, QUIET, VERBOSE, console, setup_logging
 from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError
 
 COMMAND_MODULES = [
+    "bertforge.commands.quickstart",
     "bertforge.commands.data",
     "bertforge.commands.tokenizer",
     "bertforge.commands.prepare",

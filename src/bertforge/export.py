@@ -15,8 +15,13 @@ if they agree within `atol`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
+import logging
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +36,7 @@ from bertforge.inference import LoadedModel, load_model
 FORMATS = ("hf", "onnx")
 ONNX_FILE = "model.onnx"
 ONNX_OPSET = 18
+ONNX_SINGLE_FILE_LIMIT = 1_800_000_000  # bytes; protobuf cannot hold a graph over 2 GB
 CHECK_TEXTS = ("the quality of being good",
                "a written message addressed to a person or organization, often long and formal",
                "run")
@@ -67,6 +73,22 @@ def _require_onnx() -> None:
     if missing:
         raise BertforgeError(f"--format onnx needs {', '.join(missing)}; install the extra: "
                              "pip install 'bertforge[onnx]'")
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The exporter narrates each stage and warns about torchvision ops; users need only our one line."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.onnx._internal.exporter._registration")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
 
 
 class _PaddedOutput(nn.Module):
@@ -137,13 +159,17 @@ def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) ->
     inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if uses_token_types else [])
     trace_batch = _padded_batch(loaded, CHECK_TEXTS[:2], None)
     check_batch = _padded_batch(loaded, CHECK_TEXTS, CHECK_PAIRS)
-    dynamic = {name: {0: torch.export.Dim("batch"), 1: torch.export.Dim("length")} for name in inputs}
+    batch_dim, length_dim = torch.export.Dim("batch"), torch.export.Dim("length")
+    dynamic = {name: {0: batch_dim, 1: length_dim} for name in inputs}
+    # graphs over 2 GB must keep their weights in a side file; smaller ones ship as one file
+    external = sum(p.numel() * p.element_size() for p in hf_model.parameters()) > ONNX_SINGLE_FILE_LIMIT
     summary: dict[str, float] = {}
 
     def write(staging: Path) -> None:
-        torch.onnx.export(wrapper, tuple(trace_batch[name] for name in inputs), str(staging / ONNX_FILE),
-                          input_names=inputs, output_names=[output], dynamic_shapes=dynamic, dynamo=True,
-                          opset_version=ONNX_OPSET, verbose=False)
+        with _quiet_exporter():
+            torch.onnx.export(wrapper, tuple(trace_batch[name] for name in inputs), str(staging / ONNX_FILE),
+                              input_names=inputs, output_names=[output], dynamic_shapes=dynamic, dynamo=True,
+                              opset_version=ONNX_OPSET, external_data=external, verbose=False)
         session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
         onnx_out = session.run(None, {name: check_batch[name].numpy() for name in inputs})[0]
         ours = _our_outputs(model, {name: check_batch[name] for name in inputs}, output)

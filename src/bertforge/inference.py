@@ -49,6 +49,14 @@ DEFAULT_BATCH_SIZE = 64
 # loading
 
 
+def quiet_transformers() -> None:
+    """For the CLI: no `transformers` progress bars ("Loading weights", "Writing model shards") among ours."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+
+
 @dataclass
 class LoadedModel:
     model: nn.Module  # a bertforge model in eval mode

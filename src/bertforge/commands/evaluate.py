@@ -7,6 +7,8 @@ import argparse
 from bertforge.commands.common import add_command
 from bertforge.commands.predict import add_input_arguments
 
+PRINTED_CONFUSION_CLASSES = 12  # a wider confusion matrix goes to the --out-dir files only
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
@@ -31,19 +33,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from bertforge.console import log, stdout_console
     from bertforge.errors import BertforgeError
-    from bertforge.inference import evaluate_file, load_model, write_evaluation
+    from bertforge.inference import evaluate_file, load_model, quiet_transformers, write_evaluation
     from bertforge.tasks.metrics import confusion_table, per_class_table
 
     if args.batch_size < 1:
         raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
+    quiet_transformers()
     loaded = load_model(args.model)
     report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
                            text_pair_column=args.text_pair_column, label_column=args.label_column,
                            delimiter=args.delimiter, batch_size=args.batch_size)
-    from rich.table import Table
-
     table = Table(title=f"{report.split}: {int(report.metrics['examples']):,} examples from {report.source}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -53,8 +56,11 @@ def run(args: argparse.Namespace) -> int:
     stdout_console.print(table)
     if report.confusion is not None:
         stdout_console.print(per_class_table(report.per_class, title=f"{report.split}: per-class metrics"))
-        stdout_console.print(confusion_table(report.confusion, report.label_names,
-                                             title=f"{report.split}: confusion matrix"))
+        if len(report.label_names) <= PRINTED_CONFUSION_CLASSES:
+            stdout_console.print(confusion_table(report.confusion, report.label_names,
+                                                 title=f"{report.split}: confusion matrix"))
+        elif not args.out_dir:
+            log.info(f"{len(report.label_names)} classes: give --out-dir for the confusion matrix (markdown and PNG)")
     if args.out_dir:
         written = write_evaluation(report, args.out_dir)
         log.info(f"report written: {', '.join(str(p) for p in written)}")

@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bertforge.console import stdout_console
-    from bertforge.inference import fill_mask, load_model
+    from bertforge.inference import fill_mask, load_model, quiet_transformers
 
+    quiet_transformers()
     results = fill_mask(load_model(args.model), args.text, args.top_k)
     if args.json:
         stdout_console.print(json.dumps([[asdict(p) for p in row] for row in results], ensure_ascii=False),

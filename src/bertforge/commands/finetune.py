@@ -29,12 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import stdout_console
+    from bertforge.inference import quiet_transformers
     from bertforge.tasks.classify import ClassificationTask
     from bertforge.train.trainer import Trainer
 
     config = resolve_config(args)
     if config is None:
         return 0
+    quiet_transformers()
     result = Trainer(config, ClassificationTask(config)).fit()
     if result.stopped_by == "signal":
         return 0

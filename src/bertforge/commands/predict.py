@@ -38,10 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
     from bertforge.errors import BertforgeError
-    from bertforge.inference import load_model, prediction_rows, read_inputs, write_jsonl
+    from bertforge.inference import load_model, prediction_rows, quiet_transformers, read_inputs, write_jsonl
 
     if args.batch_size < 1:
         raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
+    quiet_transformers()
     loaded = load_model(args.model)
     split = read_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                         delimiter=args.delimiter)

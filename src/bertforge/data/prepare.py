@@ -72,8 +72,8 @@ class PrepareSettings:
     chunk_bytes: int = 2 << 20  # text per tokenization task; also ~the size of a shard
 
     def __post_init__(self) -> None:
-        if self.seq_len < 8:
-            raise DataError(f"--seq-len {self.seq_len} is too short; use at least 8 (BERT uses 128 and 512)")
+        if not 8 <= self.seq_len <= 1 << 15:
+            raise DataError(f"--seq-len {self.seq_len} must be in [8, 32768] (BERT uses 128 and 512)")
         if not 0.0 <= self.short_seq_prob < 1.0:
             raise DataError(f"--short-seq-prob {self.short_seq_prob} must be in [0, 1)")
         if not 1 <= len(self.split) <= 3 or any(w < 0 for w in self.split) or sum(self.split) <= 0:
@@ -316,8 +316,6 @@ def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: 
         raise DataError(f"--workers {workers} must be >= 0 (0 tokenizes in the main process)")
     sources = resolve_inputs(inputs)
     loaded = load_tokenizer(tokenizer)
-    if settings.seq_len > 1 << 15:
-        raise DataError(f"--seq-len {settings.seq_len} is too long; at most {1 << 15}")
     key = cache_key(fingerprint_sources(sources), loaded.fingerprint, settings)
     existing = _existing_manifest(out)
     if existing is not None and existing.get("cache_key") == key and _complete(out, existing):
@@ -336,6 +334,11 @@ def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: 
         chunk_documents, text_bytes = _tokenize_stage(runner, sources, settings, str(loaded.path), staging,
                                                       progress_enabled() if progress is None else progress)
         splits = _build_stage(runner, chunk_documents, settings, str(loaded.path), staging, shard_dir, build_name)
+    except DataError:
+        # fixing bad input changes the content hash, so this run's partial work can never be reused
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(shard_dir, ignore_errors=True)
+        raise
     finally:
         runner.close()
     tokenizer_dir = shard_dir / "tokenizer"
@@ -434,7 +437,7 @@ def _publish(out: str, work: Path, build_name: str, manifest: dict[str, Any]) ->
     data = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
     if is_local(out):
         write_file_atomically(work / MANIFEST_NAME, data)
-        for old in work.glob("shards-*"):
+        for old in [*work.glob("shards-*"), *work.glob(".staging-*")]:
             if old.name != build_name:
                 shutil.rmtree(old, ignore_errors=True)
         for entry in (work / build_name).glob("*.entry.json"):

@@ -41,7 +41,7 @@ HF_TO_OUR_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_t
                         "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
 OUR_TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
 
-# HF class -> (our class, its head arguments when imported as-is)
+# HF class -> the task it is imported as by default (task="auto")
 IMPORTABLE_CLASSES = {
     "BertModel": "base", "BertForMaskedLM": "pretraining", "BertForPreTraining": "pretraining",
     "BertForSequenceClassification": "classification",

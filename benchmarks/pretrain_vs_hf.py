@@ -1,0 +1,581 @@
+"""Pre-training, side by side: bertforge vs Hugging Face `Trainer` + `BertForMaskedLM`, end to end.
+
+The same corpus (the bundled KJV + WordNet text), the same WordPiece tokenizer (8192, trained here),
+the same model size, global batch, sequence length (128), optimizer (AdamW, linear schedule with
+6% warmup, clipping 1.0), dropout and masking (15%, 80/10/10), trained three ways:
+
+- `HF (a) padded`: `BertForMaskedLM` (SDPA) + `DataCollatorForLanguageModeling` fed as the
+  Union/Flyte and Mosaic examples feed it: every corpus line (a verse or a gloss) is one sample,
+  tokenized with `padding="max_length", truncation=True, max_length=128`;
+- `HF (b) group_texts`: the same model fed as `run_mlm.py` feeds it: every training document
+  tokenized, the token stream concatenated and cut into 128-token blocks (`group_texts`, verbatim);
+- `bertforge`: `bertforge pretrain` on the prepared dataset (sentences of one document packed up
+  to 128 tokens), the unpadded encoder and the MLM head on masked positions only.
+
+Each arm runs in its own process (a clean peak RSS; `torch.cuda.max_memory_allocated` on a GPU)
+until it has seen the same number of real (non-padding) tokens (`--tokens`). Throughput is the
+steady state of that run: the wall time between the starts of consecutive optimizer steps (data
+loading, forward, backward, optimizer and logging included, the same clock for every arm) after
+`--warmup-steps`. Then all three final models — bertforge's through its Hugging Face export — are
+evaluated by the same code with stock `transformers.BertForMaskedLM` on the same held-out data with
+fixed masks: the prepared validation split (packed samples) and its documents' single lines.
+
+    .venv/bin/python benchmarks/pretrain_vs_hf.py            # CPU: bert-mini, 600k tokens per arm
+    .venv/bin/python benchmarks/pretrain_vs_hf.py --quick    # a smoke run: bert-tiny, 40k tokens
+    .venv/bin/python benchmarks/pretrain_vs_hf.py --device cuda   # bf16 autocast, bert-base
+
+The table goes to stdout and to `benchmarks/results/pretrain_vs_hf.md` (+ `.json`); `--quick`
+writes into the work directory instead, so a smoke run never replaces a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+SEQ_LEN = 128
+VOCAB_SIZE = 8192
+MASK_PROBABILITY = 0.15
+WARMUP_FRACTION = 0.06
+EVAL_BATCH = 64
+ARMS = ("hf-padded", "hf-group-texts", "bertforge")
+ARM_TITLES = {"hf-padded": "HF (a) padded", "hf-group-texts": "HF (b) group_texts", "bertforge": "bertforge"}
+ARM_FEEDS = {"hf-padded": "each line padded to 128", "hf-group-texts": "128-token blocks of the stream",
+             "bertforge": "sentence-packed samples, unpadded"}
+DEVICE_DEFAULTS = {  # model, global batch, real tokens per arm, peak learning rate
+    "cpu": {"model": "bert-mini", "batch_size": 32, "tokens": 600_000, "lr": 1e-3},
+    "cuda": {"model": "bert-base", "batch_size": 256, "tokens": 10_000_000, "lr": 2e-4},
+}
+TIMING_DEFAULTS = {"warmup_steps": 5, "steps": 20}
+QUICK = {"model": "bert-tiny", "tokens": 40_000, "warmup_steps": 2, "steps": 5}
+
+
+@dataclass
+class ArmSpec:
+    """Everything an arm's process needs; identical for the three arms except `arm` and `out_dir`."""
+
+    arm: str
+    out_dir: str
+    device: str
+    model: str
+    batch_size: int
+    tokens: int
+    lr: float
+    seed: int
+    threads: int
+    tokenizer_dir: str
+    data_dir: str
+    train_documents: int
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    model_dir: str
+    step_begins: list[float]  # perf_counter at the start of every optimizer step
+    step_tokens: list[int]  # real tokens of every optimizer step
+    step_rows: int  # sequences per step
+    computed_positions_per_step: float  # positions the encoder runs on (padded rows count in full)
+    peak_memory_bytes: int  # peak RSS of the training process (CPU) or max_memory_allocated (GPU)
+    data_seconds: float  # this arm's own data preparation (tokenization, blocks, shards)
+    train_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# shared inputs: the tokenizer, the prepared dataset, the training documents
+
+
+def prepare_inputs(work: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """Train the tokenizer and prepare the dataset once; both are reused while the inputs are unchanged."""
+    from bertforge.data.bundled import corpus_path
+    from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
+    from bertforge.data.tokenizer import train_tokenizer_from_inputs
+
+    tokenizer_dir, data_dir = work / "tokenizer", work / "data-128"
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        train_tokenizer_from_inputs([str(corpus_path())], tokenizer_dir, vocab_size=VOCAB_SIZE)
+    started = time.perf_counter()
+    manifest = prepare_pretraining_data([str(corpus_path())], tokenizer_dir, data_dir,
+                                        PrepareSettings(seq_len=SEQ_LEN, split=(980.0, 20.0)), workers=2,
+                                        progress=False)
+    manifest = dict(manifest, prepare_seconds=time.perf_counter() - started)
+    return tokenizer_dir, data_dir, manifest
+
+
+def corpus_documents() -> list[str]:
+    """The bundled corpus' documents in order, read as `bertforge prepare` reads them."""
+    from bertforge.data.bundled import corpus_path
+    from bertforge.data.sources import iter_documents, resolve_inputs
+
+    return [document.text for document in iter_documents(resolve_inputs([str(corpus_path())]))]
+
+
+def document_lines(documents: list[str]) -> list[str]:
+    return [line for document in documents for line in document.split("\n") if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# one arm, in its own process
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def peak_memory(device: str) -> int:
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def planned_steps(tokens: int, tokens_per_step: float) -> int:
+    return max(1, math.ceil(tokens / tokens_per_step))
+
+
+def run_bertforge(spec: ArmSpec) -> ArmResult:
+    from bertforge.config import load_config
+    from bertforge.tasks.pretrain import PretrainTask
+    from bertforge.train.trainer import Trainer
+
+    class ClockedPretrainTask(PretrainTask):
+        """The pre-training task, plus a clock and a token count at the start of every step."""
+
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            self.step_begins: list[float] = []
+            self.step_tokens: list[int] = []
+            self.peak_bytes = 0
+
+        def forward_step(self, batch: dict[str, Any], model: Any) -> Any:
+            synchronize(spec.device)
+            self.peak_bytes = peak_memory(spec.device)
+            self.step_begins.append(time.perf_counter())
+            self.step_tokens.append(self.tokens_in_batch(batch))
+            return super().forward_step(batch, model)
+
+    overrides = [
+        "run.name=bertforge", f"run.output_dir={spec.out_dir}", f"run.seed={spec.seed}", f"run.device={spec.device}",
+        "run.resume=never", f"data.path={spec.data_dir}", f"data.seq_len={SEQ_LEN}",
+        f"data.mask_prob={MASK_PROBABILITY}", f"model.preset={spec.model}", "model.hidden_dropout=0.1",
+        "model.attention_dropout=0.1", "optim.name=adamw", f"optim.lr={spec.lr}", "optim.weight_decay=0.01",
+        "optim.betas=[0.9,0.98]", "optim.eps=1e-6", "optim.clip_grad_norm=1.0", "schedule.name=linear",
+        f"schedule.warmup={WARMUP_FRACTION}", f"train.micro_batch_size={spec.batch_size}",
+        f"train.global_batch_size={spec.batch_size}", f"train.max_tokens={spec.tokens}",
+        f"train.precision={'bf16' if spec.device == 'cuda' else 'fp32'}",
+        "train.eval_every=1000000000", "train.log_every=10", "log.progress=false", "log.tensorboard=false",
+    ]
+    config = load_config(None, overrides)
+    task = ClockedPretrainTask(config)
+    started = time.perf_counter()
+    result = Trainer(config, task).fit()
+    train_seconds = time.perf_counter() - started
+    tokens = task.step_tokens
+    own_validation = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()
+                      if '"validation"' in line]
+    return ArmResult(spec.arm, str(result.run_dir / "final"), task.step_begins, tokens, spec.batch_size,
+                     statistics.fmean(tokens), task.peak_bytes, data_seconds=0.0, train_seconds=train_seconds,
+                     extra={"own_validation": own_validation[-1] if own_validation else None})
+
+
+def hf_training_dataset(arm: str, documents: list[str], tokenizer: Any) -> Any:
+    """The training set as each reference example builds it."""
+    from itertools import chain
+
+    from datasets import Dataset
+
+    if arm == "hf-padded":  # Union/Flyte, Mosaic: one line = one sample, padded to max_length
+        lines = Dataset.from_dict({"text": document_lines(documents)})
+        return lines.map(lambda rows: tokenizer(rows["text"], padding="max_length", truncation=True,
+                                                max_length=SEQ_LEN), batched=True, remove_columns=["text"])
+
+    def group_texts(examples: dict[str, list[Any]]) -> dict[str, list[Any]]:  # run_mlm.py's, verbatim
+        concatenated_examples = {k: list(chain(*examples[k])) for k in examples.keys()}
+        total_length = len(concatenated_examples[list(examples.keys())[0]])
+        total_length = (total_length // SEQ_LEN) * SEQ_LEN
+        return {k: [t[i: i + SEQ_LEN] for i in range(0, total_length, SEQ_LEN)]
+                for k, t in concatenated_examples.items()}
+
+    texts = Dataset.from_dict({"text": documents})
+    tokenized = texts.map(lambda rows: tokenizer(rows["text"], return_special_tokens_mask=True), batched=True,
+                          remove_columns=["text"])
+    return tokenized.map(group_texts, batched=True)
+
+
+def run_hf(spec: ArmSpec) -> ArmResult:
+    import torch
+    import transformers
+    from transformers import (
+        AutoTokenizer,
+        BertConfig,
+        BertForMaskedLM,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    from bertforge.models import get_preset
+
+    transformers.logging.set_verbosity_error()  # run_mlm-style whole-document tokenization warns on length
+    tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_dir)
+    started = time.perf_counter()
+    train = hf_training_dataset(spec.arm, corpus_documents()[:spec.train_documents], tokenizer)
+    data_seconds = time.perf_counter() - started
+    real_per_row = statistics.fmean(sum(mask) for mask in train["attention_mask"])
+
+    class CountingCollator:
+        """HF's MLM collator, counting the real tokens of each batch it builds (in step order)."""
+
+        def __init__(self) -> None:
+            self.collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_PROBABILITY)
+            self.real_tokens: list[int] = []
+
+        def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+            batch = self.collator(features)
+            self.real_tokens.append(int(batch["attention_mask"].sum()))
+            return batch
+
+    class StepClock(TrainerCallback):
+        """Timestamps each optimizer step's start; stops once the token budget is spent."""
+
+        def __init__(self) -> None:
+            self.step_begins: list[float] = []
+            self.peak_bytes = 0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            synchronize(spec.device)
+            self.peak_bytes = peak_memory(spec.device)
+            self.step_begins.append(time.perf_counter())
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if sum(collator.real_tokens[:state.global_step]) >= spec.tokens:
+                control.should_training_stop = True
+
+    geometry = get_preset(spec.model)
+    torch.manual_seed(spec.seed)
+    model = BertForMaskedLM(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=geometry.hidden_size, num_hidden_layers=geometry.num_layers,
+        num_attention_heads=geometry.num_heads, intermediate_size=geometry.intermediate_size,
+        max_position_embeddings=geometry.max_position_embeddings, hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1, pad_token_id=tokenizer.pad_token_id, attn_implementation="sdpa"))
+    collator, clock = CountingCollator(), StepClock()
+    arguments = TrainingArguments(
+        output_dir=str(Path(spec.out_dir) / "trainer"), per_device_train_batch_size=spec.batch_size,
+        max_steps=planned_steps(spec.tokens, real_per_row * spec.batch_size), learning_rate=spec.lr,
+        weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0,
+        lr_scheduler_type="linear", warmup_steps=WARMUP_FRACTION, logging_steps=10, save_strategy="no",
+        report_to="none", seed=spec.seed, bf16=spec.device == "cuda", use_cpu=spec.device == "cpu",
+        disable_tqdm=True)
+    trainer = Trainer(model=model, args=arguments, train_dataset=train, data_collator=collator,
+                      processing_class=tokenizer, callbacks=[clock])
+    if spec.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - started
+    final = Path(spec.out_dir) / "final"
+    trainer.save_model(str(final))
+    steps = len(clock.step_begins)
+    return ArmResult(spec.arm, str(final), clock.step_begins, collator.real_tokens[:steps], spec.batch_size,
+                     float(spec.batch_size * SEQ_LEN), clock.peak_bytes, data_seconds, train_seconds,
+                     extra={"training_rows": len(train), "real_tokens_per_row": real_per_row})
+
+
+def run_arm(spec_path: Path) -> None:
+    """The child process: train one arm, write its `ArmResult` next to the spec."""
+    import torch
+
+    spec = ArmSpec(**json.loads(spec_path.read_text(encoding="utf-8")))
+    if spec.device == "cpu":
+        torch.set_num_threads(spec.threads)
+    shutil.rmtree(spec.out_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    Path(spec.out_dir).mkdir(parents=True)
+    result = run_bertforge(spec) if spec.arm == "bertforge" else run_hf(spec)
+    write_atomically(spec_path.with_name(f"{spec.arm}.result.json"), json.dumps(asdict(result)))
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation: the same code and the same fixed masks for all three models
+
+
+def packed_validation_batches(data_dir: Path, seed: int) -> list[dict[str, Any]]:
+    """bertforge's validation split as padded HF batches with fixed masks (labels -100 elsewhere)."""
+    from bertforge.data.loader import build_eval_loader
+    from bertforge.data.masking import MaskingSettings
+    from bertforge.data.shards import PretokenizedDataset
+
+    validation = PretokenizedDataset(data_dir, "validation")
+    loader = build_eval_loader(validation, micro_batch_size=EVAL_BATCH, layout="padded",
+                               masking=MaskingSettings(mask_prob=MASK_PROBABILITY, seed=seed))
+    return list(loader)
+
+
+def line_validation_batches(tokenizer_dir: Path, lines: list[str], seed: int) -> list[dict[str, Any]]:
+    """The validation documents' single lines, masked once by HF's collator under a fixed seed."""
+    import torch
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_PROBABILITY)
+    encoded = tokenizer(lines, truncation=True, max_length=SEQ_LEN)
+    rows = [{key: encoded[key][i] for key in encoded} for i in range(len(lines))]
+    torch.manual_seed(seed)
+    return [collator(rows[start:start + EVAL_BATCH]) for start in range(0, len(rows), EVAL_BATCH)]
+
+
+def mlm_accuracy(model_dir: str, batches: list[dict[str, Any]], device: str) -> dict[str, float]:
+    import torch
+    from transformers import BertForMaskedLM
+
+    model = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").to(device).eval()
+    correct = masked = 0
+    loss_sum = 0.0
+    with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+        for batch in batches:
+            inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+            labels = batch["labels"].to(device)
+            logits = model(**inputs).logits.float()
+            chosen = labels != -100
+            correct += int((logits[chosen].argmax(-1) == labels[chosen]).sum())
+            masked += int(chosen.sum())
+            loss_sum += float(torch.nn.functional.cross_entropy(logits[chosen], labels[chosen], reduction="sum"))
+    return {"accuracy": correct / max(masked, 1), "loss": loss_sum / max(masked, 1), "masked_tokens": masked}
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def steady_state(result: dict[str, Any], warmup_steps: int) -> dict[str, float]:
+    """Real tokens/s and step time over the steps after warm-up (the last step has no end mark)."""
+    begins, tokens = result["step_begins"], result["step_tokens"]
+    intervals = [b - a for a, b in zip(begins[warmup_steps:-1], begins[warmup_steps + 1:], strict=True)]
+    timed_tokens = tokens[warmup_steps:len(begins) - 1]
+    if not intervals:
+        raise SystemExit(f"{result['arm']} ran only {len(begins)} steps: nothing left to time after "
+                         f"{warmup_steps} warm-up steps; raise --tokens")
+    return {"timed_steps": len(intervals), "tokens_per_s": sum(timed_tokens) / sum(intervals),
+            "step_s": statistics.median(intervals), "real_tokens_per_step": statistics.fmean(timed_tokens),
+            "steps": len(begins), "tokens_seen": sum(tokens)}
+
+
+def machine_description(device: str) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(),
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "load_average_start": os.getloadavg()[0]}
+
+
+def render(report: dict[str, Any]) -> str:
+    settings, machine, arms = report["settings"], report["machine"], report["arms"]
+    base = arms["bertforge"]
+    precision = "bf16 autocast" if settings["device"] == "cuda" else "fp32"
+    where = machine["gpu"] or f"{machine['cpu']}, {machine['torch_threads']} threads"
+    memory_kind = "peak GPU memory (MB)" if settings["device"] == "cuda" else "peak RSS (MB)"
+    lines = [
+        f"## Pre-training vs Hugging Face — {settings['model']}, seq {SEQ_LEN}, global batch "
+        f"{settings['batch_size']}, {precision}",
+        "",
+        f"- Command: `{report['command']}`",
+        f"- Machine: {where}; torch {machine['torch']}, transformers {machine['transformers']}, Python "
+        f"{machine['python']}; load average {machine['load_average_start']:.2f} at the start, "
+        f"{machine['load_average_end']:.2f} at the end",
+        f"- Data: the bundled corpus, {settings['train_documents']:,} training documents "
+        f"({report['data']['train_tokens']:,} tokens by bertforge's count), WordPiece {VOCAB_SIZE}; "
+        f"{settings['tokens']:,} real tokens per arm; throughput over the steps after "
+        f"{settings['warmup_steps']} warm-up steps",
+        "",
+        f"| arm | feed | steps timed | real tokens/step | positions computed/step | step time (s) "
+        f"| real tokens/s | bertforge speed-up | {memory_kind} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in ARMS:
+        arm = arms[name]
+        speedup = base["tokens_per_s"] / arm["tokens_per_s"]
+        lines.append(
+            f"| {ARM_TITLES[name]} | {ARM_FEEDS[name]} | {arm['timed_steps']} | {arm['real_tokens_per_step']:,.0f} "
+            f"| {arm['computed_positions_per_step']:,.0f} | {arm['step_s']:.3f} | {arm['tokens_per_s']:,.0f} "
+            f"| {'—' if name == 'bertforge' else f'{speedup:.2f}×'} | {arm['peak_memory_bytes'] / 2**20:,.0f} |")
+    ratio_a = base["tokens_per_s"] / arms["hf-padded"]["tokens_per_s"]
+    ratio_b = base["tokens_per_s"] / arms["hf-group-texts"]["tokens_per_s"]
+    lines += [
+        "",
+        f"Real tokens/s, bertforge ÷ (a) = **{ratio_a:.2f}×** (goal ≥ 2.5×); bertforge ÷ (b) = "
+        f"**{ratio_b:.2f}×** (goal ≥ 1.3×).",
+        "",
+        "| arm | real tokens seen | optimizer steps | training time (s) | MLM accuracy, packed validation "
+        "| MLM loss, packed | MLM accuracy, single lines | MLM loss, lines |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in ARMS:
+        arm = arms[name]
+        packed, single = arm["eval_packed"], arm["eval_lines"]
+        lines.append(
+            f"| {ARM_TITLES[name]} | {arm['tokens_seen']:,} | {arm['steps']} | {arm['train_seconds']:.0f} "
+            f"| {packed['accuracy']:.4f} | {packed['loss']:.3f} | {single['accuracy']:.4f} | {single['loss']:.3f} |")
+    evaluation = report["evaluation"]
+    lines += [
+        "",
+        f"Validation: the last {settings['validation_documents']} documents (Megatron split 980,20): "
+        f"{evaluation['packed_masked_tokens']:,} masked tokens in {evaluation['packed_samples']:,} packed samples "
+        f"and {evaluation['lines_masked_tokens']:,} in {evaluation['lines']:,} single lines; fixed masks; every model "
+        "evaluated by the same code with `transformers.BertForMaskedLM` (bertforge's through its HF export).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="bert-tiny, 40k tokens per arm: a smoke run")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--model", default=None,
+                        help="a classic BERT preset: bert-tiny | bert-mini | bert-small | bert-base | bert-large "
+                             "(default: bert-mini on CPU, bert-base on a GPU)")
+    parser.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (CPU 32, GPU 256)")
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="real tokens each arm trains on (CPU 600,000, GPU 10,000,000)")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (CPU 1e-3, GPU 2e-4)")
+    parser.add_argument("--warmup-steps", type=int, default=None, help="steps left out of the throughput (5)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="the least number of steady-state steps every arm must time, checked up front (20)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per arm")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "pretrain_vs_hf"),
+                        help="tokenizer, prepared data and the three runs (reused: the data is prepared once)")
+    parser.add_argument("--run-arm", default=None, help=argparse.SUPPRESS)  # internal: the child process
+    arguments = parser.parse_args()
+    if arguments.run_arm is None:
+        import torch
+
+        if arguments.device == "auto":
+            arguments.device = "cuda" if torch.cuda.is_available() else "cpu"
+        defaults = DEVICE_DEFAULTS[arguments.device] | TIMING_DEFAULTS | (QUICK if arguments.quick else {})
+        for key, value in defaults.items():
+            if getattr(arguments, key) is None:
+                setattr(arguments, key, value)
+    return arguments
+
+
+def check_budget(arguments: argparse.Namespace, manifest: dict[str, Any]) -> None:
+    """Every arm must run warm-up + `--steps` + 1 steps; bertforge, with the fullest rows, runs the fewest."""
+    train = manifest["splits"]["train"]
+    fewest = planned_steps(arguments.tokens, train["tokens"] / train["samples"] * arguments.batch_size)
+    needed = arguments.warmup_steps + arguments.steps + 1
+    if fewest < needed:
+        raise SystemExit(f"--tokens {arguments.tokens:,} gives bertforge only ~{fewest} steps of "
+                         f"{arguments.batch_size} samples; it needs {needed} (--warmup-steps + --steps + 1): "
+                         "raise --tokens or lower --steps")
+
+
+def main() -> None:
+    arguments = parse_arguments()
+    if arguments.run_arm is not None:
+        run_arm(Path(arguments.run_arm))
+        return
+    from bertforge.console import console
+
+    work = Path(arguments.work_dir).resolve()
+    command = shlex.join(["python", *sys.argv])
+    machine = machine_description(arguments.device)
+    tokenizer_dir, data_dir, manifest = prepare_inputs(work)
+    documents = corpus_documents()
+    train_documents = manifest["splits"]["train"]["documents"]
+    validation_documents = manifest["splits"]["validation"]["documents"]
+    validation_lines = document_lines(documents[train_documents:train_documents + validation_documents])
+    check_budget(arguments, manifest)
+
+    results: dict[str, dict[str, Any]] = {}
+    for arm in ARMS:
+        spec = ArmSpec(arm=arm, out_dir=str(work / "runs" / arm), device=arguments.device, model=arguments.model,
+                       batch_size=arguments.batch_size, tokens=arguments.tokens, lr=arguments.lr,
+                       seed=arguments.seed, threads=arguments.threads, tokenizer_dir=str(tokenizer_dir),
+                       data_dir=str(data_dir), train_documents=train_documents)
+        spec_path = work / "specs" / f"{arm}.json"
+        write_atomically(spec_path, json.dumps(asdict(spec), indent=1))
+        console.print(f"[bold]{ARM_TITLES[arm]}[/bold]: training {arguments.model} on {arguments.tokens:,} tokens")
+        # the child's stdout (HF's log lines) goes to our stderr: stdout carries only the table
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)], check=True,
+                       stdout=sys.stderr)
+        results[arm] = json.loads(spec_path.with_name(f"{arm}.result.json").read_text(encoding="utf-8"))
+    machine["load_average_end"] = os.getloadavg()[0]
+
+    import torch
+
+    if arguments.device == "cpu":
+        torch.set_num_threads(arguments.threads)
+    packed = packed_validation_batches(data_dir, arguments.seed)
+    single = line_validation_batches(tokenizer_dir, validation_lines, arguments.seed)
+    arms = {}
+    for arm, result in results.items():
+        arms[arm] = steady_state(result, arguments.warmup_steps) | {
+            key: result[key] for key in ("computed_positions_per_step", "peak_memory_bytes", "data_seconds",
+                                         "train_seconds", "extra")} | {
+            "eval_packed": mlm_accuracy(result["model_dir"], packed, arguments.device),
+            "eval_lines": mlm_accuracy(result["model_dir"], single, arguments.device)}
+    report = {
+        "command": command, "machine": machine,
+        "settings": {"device": arguments.device, "model": arguments.model, "batch_size": arguments.batch_size,
+                     "tokens": arguments.tokens, "lr": arguments.lr, "seed": arguments.seed,
+                     "warmup_steps": arguments.warmup_steps, "threads": arguments.threads,
+                     "train_documents": train_documents, "validation_documents": validation_documents},
+        "data": {"train_tokens": manifest["splits"]["train"]["tokens"],
+                 "train_samples": manifest["splits"]["train"]["samples"],
+                 "prepare_seconds": manifest["prepare_seconds"]},
+        "evaluation": {"packed_samples": sum(int(b["num_samples"]) for b in packed),
+                       "packed_masked_tokens": arms["bertforge"]["eval_packed"]["masked_tokens"],
+                       "lines": len(validation_lines),
+                       "lines_masked_tokens": arms["bertforge"]["eval_lines"]["masked_tokens"]},
+        "arms": arms,
+    }
+    table = render(report)
+    print(table)
+    target = work / "quick-results" if arguments.quick else RESULTS
+    write_atomically(target / "pretrain_vs_hf.md", table)
+    write_atomically(target / "pretrain_vs_hf.json", json.dumps(report, indent=1))
+    console.print(f"written to {target / 'pretrain_vs_hf.md'} and .json")
+
+
+if __name__ == "__main__":
+    main()

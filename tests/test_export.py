@@ -1,0 +1,118 @@
+"""`bertforge export`: a run or a checkpoint becomes a directory stock `transformers` loads, or an ONNX
+graph that onnxruntime runs with the same outputs as the PyTorch model."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files  # noqa: E402
+
+from bertforge.cli import main  # noqa: E402
+from bertforge.data.labeled import LabeledDataset, LabeledSplit, collate_padded  # noqa: E402
+from bertforge.errors import BertforgeError  # noqa: E402
+from bertforge.export import export_model  # noqa: E402
+from bertforge.inference import load_model, prediction_rows  # noqa: E402
+from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    run = tmp_path_factory.mktemp("runs") / "supersense"
+    finetune(run, *TINY_MODEL, *supersense_files(data_dir, train=256, validation=32, test=32),
+             f"model.tokenizer={minilm_dir()}", "finetune.max_length=64", "optim.lr=2e-3",
+             "train.micro_batch_size=32", "train.global_batch_size=32", "train.max_steps=8",
+             "train.checkpoint_every=4", "train.keep_last=3")
+    return run
+
+
+def texts_split(texts: list[str]) -> LabeledSplit:
+    return LabeledSplit("texts", "classification", texts, None, None, [])
+
+
+def padded_batch(texts: list[str]) -> dict[str, torch.Tensor]:
+    dataset = LabeledDataset(texts_split(texts), minilm_dir(), 64)
+    batch = collate_padded([dataset[i] for i in range(len(dataset))], pad_token_id=dataset.pad_token_id)
+    return {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+TEXTS = ["a small domesticated carnivore", "to move fast on foot; faster than walking", "red"]
+
+
+def test_a_checkpoint_exports_to_a_directory_transformers_loads_with_equal_logits(run_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    checkpoint = run_dir / "checkpoints" / "step-00000004"
+    assert main(["export", str(checkpoint), "--out", str(tmp_path / "exported")]) == 0
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "exported")).eval()
+    assert hf.config.id2label[0] == "adj.all"
+    ours = load_model(checkpoint).model
+    batch = padded_batch(TEXTS)
+    with torch.no_grad():
+        assert torch.allclose(hf(**batch).logits, ours(**batch).logits, atol=1e-5)
+    # the checkpoint is not the final model: it was trained 4 steps less
+    final = load_model(run_dir).model
+    with torch.no_grad():
+        assert not torch.allclose(final(**batch).logits, ours(**batch).logits, atol=1e-5)
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "exported"))("red")["input_ids"] == [101, 2417, 102]
+
+
+def test_onnx_export_runs_in_onnxruntime_with_the_probabilities_of_bertforge_predict(run_dir: Path,
+                                                                                    tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    summary = export_model(run_dir, tmp_path / "onnx", "onnx")
+    assert summary.max_abs_difference is not None and summary.max_abs_difference < 1e-4
+    inputs = json.loads((tmp_path / "onnx" / "onnx_inputs.json").read_text())["inputs"]
+    assert inputs == ["input_ids", "attention_mask", "token_type_ids"]
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    batch = padded_batch(TEXTS)
+    logits = session.run(None, {name: batch[name].numpy() for name in inputs})[0]
+    probabilities = torch.softmax(torch.from_numpy(logits), dim=-1)
+    rows = prediction_rows(load_model(run_dir), texts_split(TEXTS))
+    names = json.loads((tmp_path / "onnx" / "config.json").read_text())["id2label"]
+    for row, probs in zip(rows, probabilities, strict=True):
+        assert names[str(int(probs.argmax()))] == row["label"]
+        assert np.allclose(probs.numpy(), list(row["probabilities"].values()), atol=1e-4)
+
+
+def test_onnx_export_of_a_masked_language_model_is_checked_token_by_token(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = BertforgeForPreTraining(EncoderConfig(vocab_size=30528, hidden_size=32, num_layers=1, num_heads=2,
+                                                  intermediate_size=64))
+    save_bertforge_model(model, tmp_path / "mlm", minilm_dir())
+    summary = export_model(tmp_path / "mlm", tmp_path / "onnx", "onnx")
+    assert summary.format == "onnx" and summary.max_abs_difference < 1e-4
+    assert json.loads((tmp_path / "onnx" / "onnx_inputs.json").read_text())["output"] == "logits"
+
+
+def test_architectures_without_a_stock_class_export_in_bertforge_format_but_not_to_onnx(tmp_path: Path) -> None:
+    model = BertforgeForPreTraining(EncoderConfig(vocab_size=64, hidden_size=32, num_layers=1, num_heads=2,
+                                                  intermediate_size=64, position="alibi", mlp="geglu"))
+    save_bertforge_model(model, tmp_path / "alibi")
+    summary = export_model(tmp_path / "alibi", tmp_path / "out")
+    assert summary.format == "bertforge" and "no stock transformers class" in summary.message
+    with pytest.raises(BertforgeError, match="no stock transformers class"):
+        export_model(tmp_path / "alibi", tmp_path / "onnx", "onnx")
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_unknown_format_and_missing_model_are_user_errors(run_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(BertforgeError, match="--format 'tflite'"):
+        export_model(run_dir, tmp_path / "x", "tflite")
+    with pytest.raises(BertforgeError, match="no such file or directory"):
+        export_model(tmp_path / "missing", tmp_path / "x")
