@@ -27,6 +27,7 @@ the matmul peak measured in the same run (fp32 2048^3 on CPU; bf16 8192^3 on a G
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import statistics
 import time
@@ -116,6 +117,14 @@ class Step:
     span_lengths: list[int]  # the lengths attention runs over (samples, or packed rows)
 
 
+@dataclass
+class Geometry:
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+
+
 def mask_tokens(ids: torch.Tensor, generator: torch.Generator, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     chosen = torch.rand(ids.shape, generator=generator) < MASK_PROBABILITY
     masked_ids = ids.clone()
@@ -188,7 +197,8 @@ def bertforge_loss(model: torch.nn.Module, inputs: dict[str, object]) -> torch.T
     return output.mlm_loss_sum / output.num_masked
 
 
-def make_optimizer(parameters: object, device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(parameters: object) -> torch.optim.Optimizer:
+    """The same fused AdamW for every feed, so the comparison is about the models."""
     return torch.optim.AdamW(parameters, lr=1e-4, weight_decay=0.01, fused=True)  # type: ignore[arg-type]
 
 
@@ -224,49 +234,49 @@ def matmul_peak_flops(device: torch.device) -> tuple[float, str]:
     return 2 * n**3 / best, f"{str(dtype).removeprefix('torch.')} {n}^3"
 
 
-def model_flops(step: Step, layers: int, hidden: int, intermediate: int, vocab: int) -> float:
+def model_flops(step: Step, shape: Geometry) -> float:
     """Useful training FLOPs (forward + backward = 3 x forward) of one step."""
-    encoder = 2 * layers * (4 * hidden * hidden + 2 * hidden * intermediate) * step.real_tokens
-    attention = 4 * layers * hidden * sum(n * n for n in step.span_lengths)
-    head = 2 * (hidden * hidden + hidden * vocab) * step.masked_tokens
+    hidden = shape.hidden
+    encoder = 2 * shape.layers * (4 * hidden * hidden + 2 * hidden * shape.intermediate) * step.real_tokens
+    attention = 4 * shape.layers * hidden * sum(n * n for n in step.span_lengths)
+    head = 2 * (hidden * hidden + hidden * shape.vocab) * step.masked_tokens
     return 3 * (encoder + attention + head)
 
 
-def build_feeds(args: argparse.Namespace, device: torch.device) -> tuple[list[Feed], dict[str, int]]:
+def build_feeds(args: argparse.Namespace, samples: list[list[int]],
+                device: torch.device) -> tuple[list[Feed], Geometry]:
     import transformers
 
     from bertforge.models import BertforgeForPreTraining, get_preset, parameter_groups
     from bertforge.models.config import pad_vocab_size
 
-    samples = corpus_samples(args.seq_len, args.max_documents)
-    summary = length_summary(samples, args.seq_len)
     generator = torch.Generator().manual_seed(0)
-    order = torch.randperm(len(samples), generator=generator).tolist()
     total_steps = args.warmup + args.steps
-    needed = total_steps * args.batch_size
-    if needed > len(samples):
-        order = (order * (needed // len(samples) + 1))
-    chosen = [samples[i] for i in order[:needed]]
+    order = torch.randperm(len(samples), generator=generator).tolist()
+    order = order * (total_steps * args.batch_size // len(order) + 1)  # a --quick corpus may be small
+    chosen = [samples[i] for i in order[:total_steps * args.batch_size]]
     vocabulary = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir()))
     mask_id = vocabulary.mask_token_id
 
-    geometry = get_preset(args.preset)
-    shape = dict(hidden_size=geometry.hidden_size, num_hidden_layers=geometry.num_layers,
-                 num_attention_heads=geometry.num_heads, intermediate_size=geometry.intermediate_size,
-                 max_position_embeddings=max(512, args.seq_len))
-    hf_config = transformers.BertConfig(vocab_size=vocabulary.vocab_size, attn_implementation="sdpa", **shape)
     our_config = get_preset(args.preset)
     our_config.vocab_size = pad_vocab_size(vocabulary.vocab_size)
     our_config.attention_backend = args.attention_backend
+    hf_config = transformers.BertConfig(
+        vocab_size=vocabulary.vocab_size, hidden_size=our_config.hidden_size,
+        num_hidden_layers=our_config.num_layers, num_attention_heads=our_config.num_heads,
+        intermediate_size=our_config.intermediate_size, max_position_embeddings=max(512, args.seq_len),
+        attn_implementation="sdpa")
 
+    stream = [token for sample in chosen for token in sample] * 2  # group_texts' concatenated stream
+    stream_offset = 0
     padded, grouped, unpadded = [], [], []
     for index in range(total_steps):
         batch = chosen[index * args.batch_size:(index + 1) * args.batch_size]
         padded.append(padded_step(batch, args.seq_len, mask_id, generator))
         unpadded.append(unpadded_step(batch, mask_id, generator))
-        stream = [token for sample in chosen[index * args.batch_size:] for token in sample]
-        rows = max(1, round(sum(len(s) for s in batch) / args.seq_len))
-        grouped.append(grouped_step(stream, rows, args.seq_len, mask_id, generator))
+        rows = max(1, round(sum(len(s) for s in batch) / args.seq_len))  # the same real tokens, in full rows
+        grouped.append(grouped_step(stream[stream_offset:], rows, args.seq_len, mask_id, generator))
+        stream_offset += rows * args.seq_len
 
     feeds = []
     for name, build, steps, loss in (
@@ -276,13 +286,12 @@ def build_feeds(args: argparse.Namespace, device: torch.device) -> tuple[list[Fe
     ):
         torch.manual_seed(0)
         model = build().to(device).train()
-        params = parameter_groups(model, 0.01) if name == "bertforge" else model.parameters()
-        feeds.append(Feed(name, model, make_optimizer(params, device), loss,
-                          [Step(to_device(s.inputs, device), s.real_tokens, s.computed_tokens, s.masked_tokens,
-                                s.span_lengths) for s in steps], []))
-    shape_numbers = {"layers": geometry.num_layers, "hidden": geometry.hidden_size,
-                     "intermediate": geometry.intermediate_size, "vocab": vocabulary.vocab_size}
-    return feeds, {**shape_numbers, **{f"summary_{k}": v for k, v in summary.items()}}  # type: ignore[dict-item]
+        parameters = parameter_groups(model, 0.01) if name == "bertforge" else model.parameters()
+        on_device = [dataclasses.replace(step, inputs=to_device(step.inputs, device)) for step in steps]
+        feeds.append(Feed(name, model, make_optimizer(parameters), loss, on_device, []))
+    geometry = Geometry(our_config.num_layers, our_config.hidden_size, our_config.intermediate_size,
+                        vocabulary.vocab_size)
+    return feeds, geometry
 
 
 def main() -> None:
@@ -305,7 +314,9 @@ def main() -> None:
     autocast = device.type == "cuda"
 
     peak, peak_kind = matmul_peak_flops(device)
-    feeds, info = build_feeds(args, device)
+    samples = corpus_samples(args.seq_len, args.max_documents)
+    summary = length_summary(samples, args.seq_len)
+    feeds, geometry = build_feeds(args, samples, device)
     for _ in range(args.warmup + args.steps):
         for feed in feeds:
             step = feed.steps[len(feed.times)]
@@ -314,10 +325,10 @@ def main() -> None:
     precision = "bf16 autocast" if autocast else "fp32"
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"## Training step, {args.preset}, seq {args.seq_len}, {precision} — {where}\n")
-    print(f"Corpus samples: {info['summary_samples']:,} from the bundled corpus; length mean "
-          f"{info['summary_mean']:.1f}, p10/p50/p90 {info['summary_p10']}/{info['summary_p50']}/"
-          f"{info['summary_p90']}; {info['summary_full']:.0%} within 8 tokens of {args.seq_len}; "
-          f"padding to {args.seq_len} leaves {info['summary_fill']:.0%} of slots real.")
+    print(f"Corpus samples: {summary['samples']:,} from the bundled corpus; length mean "
+          f"{summary['mean']:.1f}, p10/p50/p90 {summary['p10']}/{summary['p50']}/{summary['p90']}; "
+          f"{summary['full']:.0%} within 8 tokens of {args.seq_len}; "
+          f"padding to {args.seq_len} leaves {summary['fill']:.0%} of slots real.")
     print(f"Matmul peak ({peak_kind}): {peak / 1e9:,.0f} GFLOP/s. {args.batch_size} samples per step; "
           f"median of {args.steps} timed steps after {args.warmup} warm-up, feeds interleaved.\n")
     print("| feed | real tokens/step | computed tokens/step | masked/step | s/step | real tokens/s "
@@ -331,8 +342,7 @@ def main() -> None:
         real = statistics.fmean(s.real_tokens for s in timed)
         rate = real / seconds
         rates[feed.name] = rate
-        flops = statistics.fmean(model_flops(s, info["layers"], info["hidden"], info["intermediate"], info["vocab"])
-                                 for s in timed)
+        flops = statistics.fmean(model_flops(step, geometry) for step in timed)
         rows.append((feed, timed, seconds, real, rate, flops))
     for feed, timed, seconds, real, rate, flops in rows:
         computed = statistics.fmean(s.computed_tokens for s in timed)

@@ -20,8 +20,8 @@ loading, forward, backward, optimizer and logging included, the same clock for e
 evaluated by the same code with stock `transformers.BertForMaskedLM` on the same held-out data with
 fixed masks: the prepared validation split (packed samples) and its documents' single lines.
 
-    .venv/bin/python benchmarks/pretrain_vs_hf.py            # CPU: bert-mini, 600k tokens per arm
-    .venv/bin/python benchmarks/pretrain_vs_hf.py --quick    # a smoke run: bert-tiny, 40k tokens
+    .venv/bin/python benchmarks/pretrain_vs_hf.py            # CPU: bert-mini, 350k tokens per arm
+    .venv/bin/python benchmarks/pretrain_vs_hf.py --quick    # a smoke run: bert-tiny, batch 8, 8k tokens
     .venv/bin/python benchmarks/pretrain_vs_hf.py --device cuda   # bf16 autocast, bert-base
 
 The table goes to stdout and to `benchmarks/results/pretrain_vs_hf.md` (+ `.json`); `--quick`
@@ -58,11 +58,11 @@ ARM_TITLES = {"hf-padded": "HF (a) padded", "hf-group-texts": "HF (b) group_text
 ARM_FEEDS = {"hf-padded": "each line padded to 128", "hf-group-texts": "128-token blocks of the stream",
              "bertforge": "sentence-packed samples, unpadded"}
 DEVICE_DEFAULTS = {  # model, global batch, real tokens per arm, peak learning rate
-    "cpu": {"model": "bert-mini", "batch_size": 32, "tokens": 600_000, "lr": 1e-3},
+    "cpu": {"model": "bert-mini", "batch_size": 32, "tokens": 350_000, "lr": 1e-3},
     "cuda": {"model": "bert-base", "batch_size": 256, "tokens": 10_000_000, "lr": 2e-4},
 }
 TIMING_DEFAULTS = {"warmup_steps": 5, "steps": 20}
-QUICK = {"model": "bert-tiny", "tokens": 40_000, "warmup_steps": 2, "steps": 5}
+QUICK = {"model": "bert-tiny", "batch_size": 8, "tokens": 8_000, "warmup_steps": 2, "steps": 5}
 
 
 @dataclass
@@ -79,8 +79,8 @@ class ArmSpec:
     seed: int
     threads: int
     tokenizer_dir: str
-    data_dir: str
-    train_documents: int
+    data_dir: str  # the arm's training data: bertforge's prepared dataset, or HF's `save_to_disk` directory
+    max_steps: int  # tokens / (mean real tokens per row x batch); every arm also stops once it has seen `tokens`
 
 
 @dataclass
@@ -89,10 +89,8 @@ class ArmResult:
     model_dir: str
     step_begins: list[float]  # perf_counter at the start of every optimizer step
     step_tokens: list[int]  # real tokens of every optimizer step
-    step_rows: int  # sequences per step
     computed_positions_per_step: float  # positions the encoder runs on (padded rows count in full)
     peak_memory_bytes: int  # peak RSS of the training process (CPU) or max_memory_allocated (GPU)
-    data_seconds: float  # this arm's own data preparation (tokenization, blocks, shards)
     train_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -116,6 +114,15 @@ def prepare_inputs(work: Path) -> tuple[Path, Path, dict[str, Any]]:
                                         progress=False)
     manifest = dict(manifest, prepare_seconds=time.perf_counter() - started)
     return tokenizer_dir, data_dir, manifest
+
+
+def quiet_progress_bars() -> None:
+    """`datasets.map` and weight loading draw progress bars; the arms' own logs are enough."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
 
 
 def corpus_documents() -> list[str]:
@@ -142,11 +149,21 @@ def synchronize(device: str) -> None:
 
 
 def peak_memory(device: str) -> int:
+    """Peak GPU memory allocated, or this process image's peak RSS (VmHWM).
+
+    Not `getrusage().ru_maxrss`: Linux carries the parent's peak over fork + exec into it, so every
+    arm would report at least the driver's RSS at the moment it was started.
+    """
     if device == "cuda":
         import torch
 
         return int(torch.cuda.max_memory_allocated())
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
 def planned_steps(tokens: int, tokens_per_step: float) -> int:
@@ -182,6 +199,7 @@ def run_bertforge(spec: ArmSpec) -> ArmResult:
         "optim.betas=[0.9,0.98]", "optim.eps=1e-6", "optim.clip_grad_norm=1.0", "schedule.name=linear",
         f"schedule.warmup={WARMUP_FRACTION}", f"train.micro_batch_size={spec.batch_size}",
         f"train.global_batch_size={spec.batch_size}", f"train.max_tokens={spec.tokens}",
+        f"train.max_steps={spec.max_steps}",
         f"train.precision={'bf16' if spec.device == 'cuda' else 'fp32'}",
         "train.eval_every=1000000000", "train.log_every=10", "log.progress=false", "log.tensorboard=false",
     ]
@@ -193,9 +211,9 @@ def run_bertforge(spec: ArmSpec) -> ArmResult:
     tokens = task.step_tokens
     own_validation = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()
                       if '"validation"' in line]
-    return ArmResult(spec.arm, str(result.run_dir / "final"), task.step_begins, tokens, spec.batch_size,
-                     statistics.fmean(tokens), task.peak_bytes, data_seconds=0.0, train_seconds=train_seconds,
-                     extra={"own_validation": own_validation[-1] if own_validation else None})
+    return ArmResult(spec.arm, str(result.run_dir / "final"), task.step_begins, tokens, statistics.fmean(tokens),
+                     task.peak_bytes, train_seconds, extra={"own_validation": own_validation[-1] if own_validation
+                                                            else None})
 
 
 def hf_training_dataset(arm: str, documents: list[str], tokenizer: Any) -> Any:
@@ -222,9 +240,38 @@ def hf_training_dataset(arm: str, documents: list[str], tokenizer: Any) -> Any:
     return tokenized.map(group_texts, batched=True)
 
 
+def save_hf_datasets(work: Path, tokenizer_dir: Path, documents: list[str]) -> dict[str, dict[str, Any]]:
+    """Build both HF training sets here and save them (`save_to_disk`) for the arms to memory-map.
+
+    Built in this process, not the arm's, so the tokenization's transient memory stays out of the
+    arm's peak RSS, as a dataset cached ahead of training (the Union/Flyte artifact) would.
+    """
+    import datasets
+    from transformers import AutoTokenizer
+
+    datasets.logging.set_verbosity_error()
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tokenizer.model_max_length = 1 << 30  # run_mlm tokenizes whole documents; silence the length warning
+    built: dict[str, dict[str, Any]] = {}
+    for arm in ("hf-padded", "hf-group-texts"):
+        started = time.perf_counter()
+        dataset = hf_training_dataset(arm, documents, tokenizer)
+        target = work / "hf-datasets" / arm
+        staging = target.with_name(f".{arm}.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        dataset.save_to_disk(str(staging))
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        real_tokens = sum(int(batch["attention_mask"].sum())
+                          for batch in dataset.with_format("numpy").iter(batch_size=8192))
+        built[arm] = {"path": target, "rows": len(dataset), "real_tokens_per_row": real_tokens / len(dataset),
+                      "build_seconds": time.perf_counter() - started}
+    return built
+
+
 def run_hf(spec: ArmSpec) -> ArmResult:
     import torch
-    import transformers
+    from datasets import load_from_disk
     from transformers import (
         AutoTokenizer,
         BertConfig,
@@ -237,12 +284,8 @@ def run_hf(spec: ArmSpec) -> ArmResult:
 
     from bertforge.models import get_preset
 
-    transformers.logging.set_verbosity_error()  # run_mlm-style whole-document tokenization warns on length
     tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_dir)
-    started = time.perf_counter()
-    train = hf_training_dataset(spec.arm, corpus_documents()[:spec.train_documents], tokenizer)
-    data_seconds = time.perf_counter() - started
-    real_per_row = statistics.fmean(sum(mask) for mask in train["attention_mask"])
+    train = load_from_disk(spec.data_dir)
 
     class CountingCollator:
         """HF's MLM collator, counting the real tokens of each batch it builds (in step order)."""
@@ -282,24 +325,21 @@ def run_hf(spec: ArmSpec) -> ArmResult:
     collator, clock = CountingCollator(), StepClock()
     arguments = TrainingArguments(
         output_dir=str(Path(spec.out_dir) / "trainer"), per_device_train_batch_size=spec.batch_size,
-        max_steps=planned_steps(spec.tokens, real_per_row * spec.batch_size), learning_rate=spec.lr,
+        max_steps=spec.max_steps, learning_rate=spec.lr,
         weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0,
         lr_scheduler_type="linear", warmup_steps=WARMUP_FRACTION, logging_steps=10, save_strategy="no",
         report_to="none", seed=spec.seed, bf16=spec.device == "cuda", use_cpu=spec.device == "cpu",
         disable_tqdm=True)
     trainer = Trainer(model=model, args=arguments, train_dataset=train, data_collator=collator,
                       processing_class=tokenizer, callbacks=[clock])
-    if spec.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - started
     final = Path(spec.out_dir) / "final"
     trainer.save_model(str(final))
     steps = len(clock.step_begins)
-    return ArmResult(spec.arm, str(final), clock.step_begins, collator.real_tokens[:steps], spec.batch_size,
-                     float(spec.batch_size * SEQ_LEN), clock.peak_bytes, data_seconds, train_seconds,
-                     extra={"training_rows": len(train), "real_tokens_per_row": real_per_row})
+    return ArmResult(spec.arm, str(final), clock.step_begins, collator.real_tokens[:steps],
+                     float(spec.batch_size * SEQ_LEN), clock.peak_bytes, train_seconds)
 
 
 def run_arm(spec_path: Path) -> None:
@@ -307,6 +347,7 @@ def run_arm(spec_path: Path) -> None:
     import torch
 
     spec = ArmSpec(**json.loads(spec_path.read_text(encoding="utf-8")))
+    quiet_progress_bars()
     if spec.device == "cpu":
         torch.set_num_threads(spec.threads)
     shutil.rmtree(spec.out_dir, ignore_errors=True)  # a fresh run, never a resumed one
@@ -452,6 +493,10 @@ def render(report: dict[str, Any]) -> str:
         f"and {evaluation['lines_masked_tokens']:,} in {evaluation['lines']:,} single lines; fixed masks; every model "
         "evaluated by the same code with `transformers.BertForMaskedLM` (bertforge's through its HF export).",
     ]
+    own = base["extra"].get("own_validation")
+    if own:
+        lines.append(f"bertforge's own end-of-run evaluation (its unpadded model, the same masks): MLM accuracy "
+                     f"{own['mlm_accuracy']:.4f}, loss {own['mlm_loss']:.3f} — a check on the export.")
     return "\n".join(lines) + "\n"
 
 
@@ -468,14 +513,14 @@ def write_atomically(path: Path, text: str) -> None:
 
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="bert-tiny, 40k tokens per arm: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="bert-tiny, batch 8, 8k tokens per arm: a smoke run")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--model", default=None,
                         help="a classic BERT preset: bert-tiny | bert-mini | bert-small | bert-base | bert-large "
                              "(default: bert-mini on CPU, bert-base on a GPU)")
     parser.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (CPU 32, GPU 256)")
     parser.add_argument("--tokens", type=int, default=None,
-                        help="real tokens each arm trains on (CPU 600,000, GPU 10,000,000)")
+                        help="real tokens each arm trains on (CPU 350,000, GPU 10,000,000)")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (CPU 1e-3, GPU 2e-4)")
     parser.add_argument("--warmup-steps", type=int, default=None, help="steps left out of the throughput (5)")
     parser.add_argument("--steps", type=int, default=None,
@@ -525,13 +570,21 @@ def main() -> None:
     validation_documents = manifest["splits"]["validation"]["documents"]
     validation_lines = document_lines(documents[train_documents:train_documents + validation_documents])
     check_budget(arguments, manifest)
+    quiet_progress_bars()
+    console.print("building the Hugging Face training sets (datasets.map, then save_to_disk)")
+    hf_data = save_hf_datasets(work, tokenizer_dir, documents[:train_documents])
+    train_split = manifest["splits"]["train"]
+    training_data = {arm: (hf_data[arm]["path"], hf_data[arm]["real_tokens_per_row"]) for arm in hf_data} | {
+        "bertforge": (data_dir, train_split["tokens"] / train_split["samples"])}
 
     results: dict[str, dict[str, Any]] = {}
     for arm in ARMS:
+        arm_data, real_tokens_per_row = training_data[arm]
         spec = ArmSpec(arm=arm, out_dir=str(work / "runs" / arm), device=arguments.device, model=arguments.model,
                        batch_size=arguments.batch_size, tokens=arguments.tokens, lr=arguments.lr,
                        seed=arguments.seed, threads=arguments.threads, tokenizer_dir=str(tokenizer_dir),
-                       data_dir=str(data_dir), train_documents=train_documents)
+                       data_dir=str(arm_data),
+                       max_steps=planned_steps(arguments.tokens, real_tokens_per_row * arguments.batch_size))
         spec_path = work / "specs" / f"{arm}.json"
         write_atomically(spec_path, json.dumps(asdict(spec), indent=1))
         console.print(f"[bold]{ARM_TITLES[arm]}[/bold]: training {arguments.model} on {arguments.tokens:,} tokens")
@@ -550,8 +603,8 @@ def main() -> None:
     arms = {}
     for arm, result in results.items():
         arms[arm] = steady_state(result, arguments.warmup_steps) | {
-            key: result[key] for key in ("computed_positions_per_step", "peak_memory_bytes", "data_seconds",
-                                         "train_seconds", "extra")} | {
+            key: result[key] for key in ("computed_positions_per_step", "peak_memory_bytes", "train_seconds",
+                                         "extra")} | {
             "eval_packed": mlm_accuracy(result["model_dir"], packed, arguments.device),
             "eval_lines": mlm_accuracy(result["model_dir"], single, arguments.device)}
     report = {
@@ -560,9 +613,9 @@ def main() -> None:
                      "tokens": arguments.tokens, "lr": arguments.lr, "seed": arguments.seed,
                      "warmup_steps": arguments.warmup_steps, "threads": arguments.threads,
                      "train_documents": train_documents, "validation_documents": validation_documents},
-        "data": {"train_tokens": manifest["splits"]["train"]["tokens"],
-                 "train_samples": manifest["splits"]["train"]["samples"],
-                 "prepare_seconds": manifest["prepare_seconds"]},
+        "data": {"train_tokens": train_split["tokens"], "train_samples": train_split["samples"],
+                 "bertforge_prepare_seconds": manifest["prepare_seconds"],
+                 "hf_datasets": {arm: {k: v for k, v in info.items() if k != "path"} for arm, info in hf_data.items()}},
         "evaluation": {"packed_samples": sum(int(b["num_samples"]) for b in packed),
                        "packed_masked_tokens": arms["bertforge"]["eval_packed"]["masked_tokens"],
                        "lines": len(validation_lines),
@@ -574,7 +627,7 @@ def main() -> None:
     target = work / "quick-results" if arguments.quick else RESULTS
     write_atomically(target / "pretrain_vs_hf.md", table)
     write_atomically(target / "pretrain_vs_hf.json", json.dumps(report, indent=1))
-    console.print(f"written to {target / 'pretrain_vs_hf.md'} and .json")
+    console.print(f"written to {target / 'pretrain_vs_hf.md'} and .json", soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -192,10 +192,13 @@ def _run_cli(args: list[str]) -> subprocess.Popen[bytes]:
 def test_an_interrupted_run_leaves_the_old_dataset_intact_and_resumes_to_the_same_result(
         tokenizer_dir: Path, tmp_path: Path) -> None:
     out, fresh = tmp_path / "data", tmp_path / "fresh"
+    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
+        (tmp_path / "corpus.txt").write_text("\n\n".join(f.read().split("\n\n")[:700]), encoding="utf-8")
 
     def prepare(target: Path, seq_len: int) -> subprocess.Popen[bytes]:
-        return _run_cli(["prepare", "pretrain", "--input", str(corpus_path()), "--tokenizer", str(tokenizer_dir),
-                         "--out", str(target), "--workers", "1", "--chunk-mb", "0.25", "--seq-len", str(seq_len)])
+        return _run_cli(["prepare", "pretrain", "--input", str(tmp_path / "corpus.txt"), "--tokenizer",
+                         str(tokenizer_dir), "--out", str(target), "--workers", "1", "--chunk-mb", "0.1",
+                         "--seq-len", str(seq_len)])
 
     assert prepare(out, 64).wait(timeout=300) == 0
     old_manifest = json.loads((out / "index.json").read_text())

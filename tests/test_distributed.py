@@ -82,3 +82,21 @@ def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(single_p
     b = torch.load(run_dir / "final" / "model.pt", weights_only=True)
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_torchrun_max_restarts_with_resume_auto_recovers_a_crashed_worker(single_process: Path,
+                                                                           tmp_path: Path) -> None:
+    """Rank 1 dies at step 4; torchrun restarts both workers, which resume from the step-3 checkpoint."""
+    run_dir = tmp_path / "restarted"
+    marker = tmp_path / "crashed"
+    config = tmp_path / "restarted.yaml"
+    from bertforge.config import config_to_yaml, load_config
+    config.write_text(config_to_yaml(load_config(None, [*OVERRIDES, f"run.output_dir={tmp_path}", "run.name=restarted",
+                                                         "train.checkpoint_every=1"])))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
+               "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:CrashesOnceAtStep4", str(config)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=os.environ | {"OMP_NUM_THREADS": "1", "BERTFORGE_TEST_CRASH_MARKER": str(marker)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert marker.exists()  # it really crashed once
+    assert losses(run_dir) == pytest.approx(losses(single_process), rel=1e-5, abs=1e-6)

@@ -83,6 +83,7 @@ def test_pair_predictions_equal_the_pipeline_given_text_pairs(pair_run: tuple[Pa
     run_dir, dev = pair_run
     loaded = load_model(run_dir)
     split = read_inputs(dev, text_column="sentence1", text_pair_column="sentence2")
+    split.texts, split.text_pairs = split.texts[:24], split.text_pairs[:24]  # type: ignore[index]
     rows = prediction_rows(loaded, split, batch_size=16)
     pipeline = transformers.pipeline("text-classification", model=str(run_dir / "final"), top_k=None)
     theirs = pipeline([{"text": row["text"], "text_pair": row["text_pair"]} for row in rows])

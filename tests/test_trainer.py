@@ -153,3 +153,44 @@ def test_cli_train_runs_a_user_task_file_and_reports_bad_input(tmp_path: Path) -
                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2
     assert "has no class 'Missing'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_token_and_wall_clock_budgets_stop_the_run(tmp_path: Path) -> None:
+    by_tokens = config_for(tmp_path / "tokens", "train.max_steps=null", "train.max_tokens=3000")
+    result = Trainer(by_tokens, trainer_tasks.SmallWithDropout(by_tokens)).fit()
+    assert result.state.consumed_tokens >= 3000
+    assert result.state.step <= 12
+    by_time = config_for(tmp_path / "time", "train.max_steps=null", "train.max_time_minutes=0.01")
+    result = Trainer(by_time, trainer_tasks.SmallWithDropout(by_time)).fit()
+    assert result.state.elapsed_seconds >= 0.6 and result.stopped_by == "budget"
+    lrs = [r["lr"] for r in metrics(tmp_path / "time")]
+    assert lrs[-1] < max(lrs)  # the schedule followed elapsed time down
+
+
+def test_no_budget_is_a_clear_error(tmp_path: Path) -> None:
+    config = config_for(tmp_path / "none", "train.max_steps=null")
+    with pytest.raises(BertforgeError, match="no training budget"):
+        Trainer(config, trainer_tasks.SmallWithDropout(config)).fit()
+
+
+def test_bf16_on_cpu_warns_and_still_trains(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = config_for(tmp_path / "bf16", "train.precision=bf16", "train.max_steps=2")
+    with caplog.at_level("WARNING", logger="bertforge"):
+        result = Trainer(config, trainer_tasks.SmallWithDropout(config)).fit()
+    assert result.state.step == 2
+    assert any("fp32 is the CPU default" in record.message for record in caplog.records)
+
+
+def test_fp16_uses_a_grad_scaler_that_is_checkpointed(tmp_path: Path) -> None:
+    config = config_for(tmp_path / "fp16", "train.precision=fp16", "train.max_steps=2")
+    Trainer(config, trainer_tasks.SmallWithDropout(config)).fit()
+    assert (tmp_path / "fp16" / "checkpoints" / "step-00000002" / "scaler.pt").is_file()
+
+
+def test_plot_writes_png_curves(uninterrupted: Path, tmp_path: Path) -> None:
+    from bertforge.cli import main
+
+    assert main(["plot", str(uninterrupted), "--out", str(tmp_path)]) == 0
+    written = {p.name for p in tmp_path.glob("*.png")}
+    assert {"loss.png", "lr.png", "tokens_per_s.png", "accuracy.png"} <= written
+    assert all((tmp_path / name).read_bytes()[:4] == b"\x89PNG" for name in written)

@@ -11,6 +11,8 @@ import importlib
 import os
 import sys
 
+from rich.markup import escape
+
 from bertforge import __version__
 from bertforge.console import NORMAL, QUIET, VERBOSE, console, setup_logging
 from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except BertforgeError as error:
         if debug:
             console.print_exception()
-        console.print(f"[bold red]error:[/] {error}", markup=True, highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
         return error.exit_code
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
@@ -81,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             console.print_exception()
         else:
-            console.print(f"[bold red]internal error:[/] {type(error).__name__}: {error} "
-                          "(rerun with --debug for the traceback and please report it)", highlight=False)
+            console.print(f"[bold red]internal error:[/] {type(error).__name__}: {escape(str(error))} "
+                          "(rerun with --debug for the traceback and please report it)", highlight=False,
+                          soft_wrap=True)
         return INTERNAL_ERROR_EXIT_CODE
 
 

@@ -75,7 +75,8 @@ class ModelLocation:
 
 
 def _run_of(path: Path, levels: int) -> Path | None:
-    candidate = path.resolve().parents[levels - 1] if levels else path.resolve()
+    """The run directory `levels` above `path` (final/ is 1 below its run, a checkpoint 2), if it is one."""
+    candidate = path.resolve().parents[levels - 1]
     return candidate if (candidate / RUN_CONFIG).is_file() else None
 
 

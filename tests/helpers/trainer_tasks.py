@@ -58,3 +58,19 @@ class InjectsNaN(SmallWithDropout):
             if InjectsNaN.calls == int(os.environ["BERTFORGE_TEST_NAN_AT"]):
                 loss = loss * float("nan")
         return loss, metrics
+
+
+class CrashesOnceAtStep4(NoDropout):
+    """Kills its own process (no clean-up) at step 4 of the first attempt; a restart runs normally."""
+
+    calls = 0
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        marker = Path(os.environ["BERTFORGE_TEST_CRASH_MARKER"])
+        if model.training:
+            CrashesOnceAtStep4.calls += 1
+            if CrashesOnceAtStep4.calls == 2 * 4 and not marker.exists():
+                if int(os.environ.get("RANK", "0")) == 1:
+                    marker.write_text("crashed")
+                    os._exit(1)
+        return super().forward_step(batch, model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from bertforge.commands.common import add_command, add_config_arguments, resolve_config
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     quiet_transformers()
     result = Trainer(config, ClassificationTask(config)).fit()
-    if result.stopped_by == "signal":
+    if result.stopped_by == "signal" or int(os.environ.get("RANK", "0")) != 0:  # one summary under torchrun
         return 0
     for path in sorted(result.run_dir.glob("*_results.json")):
         report = json.loads(path.read_text(encoding="utf-8"))

@@ -151,8 +151,10 @@ def run_job(spec_path: Path) -> None:
 
 def worker_main(argv: Sequence[str]) -> int:
     from bertforge.console import NORMAL, setup_logging
+    from bertforge.inference import quiet_transformers
 
     setup_logging(NORMAL)
+    quiet_transformers()
     try:
         run_job(Path(argv[0]))
     except BertforgeError as error:

@@ -98,19 +98,23 @@ def build_optimizer(section: OptimSection, groups: list[dict[str, Any]], device:
 def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress: float | None = None) -> float:
     """The multiplier of the peak learning rate at `step` (0-based) of `total_steps`.
 
-    `progress` overrides step/total_steps for wall-clock budgets. Warmup is linear from 0; a
-    `warmup` below 1 is a fraction of the run, otherwise a number of steps.
+    `progress` (elapsed / budget) replaces step / total_steps for wall-clock budgets. Warmup is
+    linear: a `warmup` below 1 is a fraction of the run, otherwise a number of steps (counted in
+    steps even under a wall-clock budget, where the decay then spans the whole run).
     """
     total_steps = max(total_steps, 1)
-    fraction = (step / total_steps) if progress is None else progress
-    fraction = min(max(fraction, 0.0), 1.0)
-    warmup_fraction = section.warmup if section.warmup < 1 else section.warmup / total_steps
-    floor = section.min_lr_ratio
-    if warmup_fraction > 0 and fraction < warmup_fraction:
-        return (fraction + 1.0 / total_steps) / (warmup_fraction + 1.0 / total_steps) if progress is None \
-            else fraction / warmup_fraction
-    after_warmup = (fraction - warmup_fraction) / max(1.0 - warmup_fraction, 1e-12)
-    name = section.name
+    fraction = min(max(step / total_steps if progress is None else progress, 0.0), 1.0)
+    if section.warmup >= 1 or progress is None:
+        warmup_steps = section.warmup if section.warmup >= 1 else section.warmup * total_steps
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        warmup_fraction = warmup_steps / total_steps if progress is None else 0.0
+    else:
+        if fraction < section.warmup:
+            return fraction / section.warmup
+        warmup_fraction = section.warmup
+    after_warmup = min(max((fraction - warmup_fraction) / max(1.0 - warmup_fraction, 1e-12), 0.0), 1.0)
+    floor, name = section.min_lr_ratio, section.name
     if name == "constant":
         return 1.0
     if name == "linear":
@@ -118,8 +122,8 @@ def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress
     if name == "cosine":
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * after_warmup))
     if name == "inverse_sqrt":
-        warmup_steps = max(warmup_fraction * total_steps, 1.0)
-        return max(floor, math.sqrt(warmup_steps / max(fraction * total_steps, warmup_steps)))
+        warmup_steps = max(section.warmup if section.warmup >= 1 else section.warmup * total_steps, 1.0)
+        return max(floor, math.sqrt(warmup_steps / max(float(step), warmup_steps)))
     if name == "wsd":
         decay_start = 1.0 - section.decay_fraction
         if fraction < decay_start or section.decay_fraction == 0:

@@ -1,0 +1,165 @@
+"""`bertforge glue`: the job plan (hyperparameters, seeds, the MNLI start), all 8 tasks run end to end in
+two parallel processes on a GLUE-layout directory of real text, and the final table."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from glue_layout import build_glue_layout
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.finetuning import minilm_dir, run_cli  # noqa: E402
+
+from bertforge.config import load_config  # noqa: E402
+from bertforge.errors import BertforgeError, ConfigError, DataError  # noqa: E402
+from bertforge.tasks.glue import job_config, mnli_model, plan_jobs, run_glue  # noqa: E402
+from bertforge.tasks.glue_tasks import GLUE_TASKS  # noqa: E402
+
+
+def glue_config(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
+    """A 1-layer, 32-wide BERT with the MiniLM vocabulary, 2 steps per job."""
+    return load_config(None, [
+        f"run.output_dir={tmp_path}", "run.name=glue", "model.preset=bert-tiny", f"model.tokenizer={minilm_dir()}",
+        "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+        "data.num_workers=0", "log.tensorboard=false", "log.progress=false",
+        "finetune.glue_overrides={all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, "
+        "train.global_batch_size=16]}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("glue")
+    build_glue_layout(root)
+    return root
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+
+
+def test_every_task_gets_the_table_hyperparameters_then_the_all_and_per_task_overrides(tmp_path: Path) -> None:
+    config = load_config(None, ["finetune.glue_overrides={all: [finetune.max_length=128], rte: [optim.lr=2e-5]}"])
+    jobs = {job.task.name: job for job in reversed(plan_jobs(config, tmp_path))}  # each task's first seed
+    rte = job_config(config, jobs["rte"], tmp_path)
+    assert rte.optim.lr == 2e-5 and rte.finetune.max_length == 128
+    assert rte.train.max_epochs == 3 and rte.train.global_batch_size == 16 and rte.train.micro_batch_size == 16
+    mnli = job_config(config, jobs["mnli"], tmp_path)
+    assert mnli.optim.lr == 5e-5 and mnli.train.global_batch_size == 48 and mnli.finetune.max_length == 128
+    # Mosaic's decoupled weight decay 5e-6 at lr 5e-5 is torch AdamW's 0.1
+    assert mnli.optim.weight_decay == pytest.approx(0.1)
+    stsb = job_config(config, jobs["stsb"], tmp_path)
+    assert stsb.finetune.task_type == "regression" and stsb.run.output_dir == str(tmp_path / "stsb")
+    assert stsb.run.name == "seed-19" and stsb.run.seed == 19 and stsb.model.init_from is None
+
+
+def test_small_tasks_run_several_seeds_and_may_start_from_the_mnli_model(tmp_path: Path) -> None:
+    config = load_config(None, ["finetune.glue_seeds=2", "finetune.glue_from_mnli=true"])
+    jobs = plan_jobs(config, tmp_path)
+    seeds = {name: [job.seed for job in jobs if job.task.name == name] for name in GLUE_TASKS}
+    assert seeds["rte"] == [19, 8364] and seeds["cola"] == [19, 8364] and seeds["mnli"] == [19]
+    assert jobs[0].task.name == "mnli"  # the longest job, and the one three others wait for
+    rte = next(job for job in jobs if job.task.name == "rte")
+    assert rte.after_mnli and job_config(config, rte, tmp_path).model.init_from == str(mnli_model(tmp_path))
+    assert not next(job for job in jobs if job.task.name == "cola").after_mnli
+    everything = plan_jobs(load_config(None), tmp_path)
+    assert len(everything) == 4 + 1 + 5 + 5 + 1 + 1 + 1 + 5  # CoLA 4 seeds, MRPC/STS-B/RTE 5 (Mosaic's)
+
+
+def test_config_mistakes_are_caught_before_any_job_starts(tmp_path: Path, glue_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="finetune.glue_tasks: WNLI is left out"):
+        plan_jobs(load_config(None, ["finetune.glue_tasks=[rte,wnli]"]), tmp_path)
+    with pytest.raises(ConfigError, match="glue_overrides names rtee"):
+        plan_jobs(load_config(None, ["finetune.glue_overrides={rtee: [optim.lr=1e-5]}"]), tmp_path)
+    with pytest.raises(ConfigError, match="glue_from_mnli needs the MNLI model"):
+        plan_jobs(load_config(None, ["finetune.glue_tasks=[rte]", "finetune.glue_from_mnli=true"]), tmp_path)
+    with pytest.raises(ConfigError, match="holds 'optim.lr'"):
+        load_config(None, ["finetune.glue_overrides={rte: [optim.lr]}"])
+    with pytest.raises(ConfigError, match="did you mean `optim.lr`"):
+        run_glue(glue_config(tmp_path, "finetune.glue_tasks=[rte]",
+                             "finetune.glue_overrides={rte: [optim.lrr=1e-5]}"), glue_dir)
+    partial = tmp_path / "partial"
+    (partial / "RTE").mkdir(parents=True)
+    shutil.copy(glue_dir / "RTE" / "train.tsv", partial / "RTE" / "train.tsv")
+    with pytest.raises(DataError, match="RTE/dev.tsv: GLUE file not found"):
+        run_glue(glue_config(tmp_path, "finetune.glue_tasks=[rte]"), partial)
+    assert not (tmp_path / "glue").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end
+
+
+@pytest.fixture(scope="module")
+def glue_run(tmp_path_factory: pytest.TempPathFactory, glue_dir: Path) -> tuple[Path, str]:
+    """All 8 tasks, 2 parallel processes, RTE/MRPC/STS-B from the MNLI model, through the CLI."""
+    root = tmp_path_factory.mktemp("runs")
+    config = root / "glue.yaml"
+    config.write_text(f"""
+run: {{name: glue, output_dir: {root}}}
+model: {{preset: bert-tiny, tokenizer: {minilm_dir()}, hidden_size: 32, num_layers: 1, num_heads: 2,
+        intermediate_size: 64}}
+finetune:
+  glue_from_mnli: true
+  glue_seeds: 1
+  glue_overrides:
+    all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, train.global_batch_size=16]
+data: {{num_workers: 0}}
+log: {{tensorboard: false, progress: false}}
+""")
+    result = run_cli("glue", str(config), "--data-dir", str(glue_dir), "--jobs", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "glue", result.stdout
+
+
+def test_all_eight_tasks_run_and_the_table_lists_each_official_metric_and_the_average(
+        glue_run: tuple[Path, str]) -> None:
+    out, stdout = glue_run
+    summary = json.loads((out / "glue_results.json").read_text())
+    assert list(summary["tasks"]) == list(GLUE_TASKS) and summary["tasks_run"] == 8
+    assert set(summary["tasks"]["mnli"]["values"]) == {"dev_matched/accuracy", "dev_mismatched/accuracy"}
+    assert set(summary["tasks"]["stsb"]["values"]) == {"dev/pearson", "dev/spearman"}
+    assert set(summary["tasks"]["cola"]["values"]) == {"dev/matthews"}
+    scores = [entry["score"] for entry in summary["tasks"].values()]
+    assert summary["glue_average"] == pytest.approx(sum(scores) / 8)
+    markdown = (out / "glue_results.md").read_text()
+    assert markdown in stdout and "**GLUE average**" in markdown and "BERT-base" in markdown
+    for task in GLUE_TASKS.values():
+        run_dir = out / task.name / "seed-19"
+        for split in task.eval_splits:
+            assert json.loads((run_dir / f"{split}_results.json").read_text())["metrics"]["examples"] == 100
+        assert (run_dir / "final" / "config.json").is_file() and (run_dir / "job.log").is_file()
+
+
+def test_rte_mrpc_and_sts_b_started_from_the_fine_tuned_mnli_model(glue_run: tuple[Path, str]) -> None:
+    out, _ = glue_run
+    for name in ("rte", "mrpc", "stsb"):
+        assert load_config(out / name / "seed-19" / "config.yaml").model.init_from == str(out / "mnli" / "seed-19" / "final")
+    assert load_config(out / "cola" / "seed-19" / "config.yaml").model.init_from is None
+    assert json.loads((out / "mnli" / "seed-19" / "final" / "config.json").read_text())["id2label"] == {
+        "0": "entailment", "1": "neutral", "2": "contradiction"}
+
+
+def test_running_again_skips_finished_jobs_and_more_seeds_report_the_median(glue_run: tuple[Path, str],
+                                                                           glue_dir: Path) -> None:
+    out, _ = glue_run
+    config = glue_config(out.parent, "finetune.glue_tasks=[rte]", "finetune.glue_seeds=2",
+                         "finetune.glue_from_mnli=true")
+    before = (out / "rte" / "seed-19" / "dev_results.json").stat().st_mtime_ns
+    summary = run_glue(config, glue_dir, jobs=1)
+    assert (out / "rte" / "seed-19" / "dev_results.json").stat().st_mtime_ns == before
+    rte = summary["tasks"]["rte"]
+    assert rte["seeds"] == 2
+    per_seed = [run["dev/accuracy"] for run in rte["per_seed"]]
+    assert rte["values"]["dev/accuracy"] == pytest.approx(sum(per_seed) / 2)  # the median of two
+
+
+def test_a_failing_job_stops_the_run_with_its_error_and_log(tmp_path: Path, glue_dir: Path) -> None:
+    config = glue_config(tmp_path, "finetune.glue_tasks=[rte]",
+                         "finetune.glue_overrides={rte: [finetune.max_length=600]}")
+    with pytest.raises(BertforgeError, match=r"GLUE job RTE seed 19 failed \(exit code 2\): .*max_length is 600"
+                                             r".*job\.log"):
+        run_glue(config, glue_dir, jobs=1)

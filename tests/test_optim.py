@@ -1,0 +1,88 @@
+"""Learning-rate schedules and optimizers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertforge.config import OptimSection, ScheduleSection
+from bertforge.train.optim import Lamb, build_optimizer, default_parameter_groups, lr_factor
+
+
+def factors(name: str, total: int = 100, **fields: float) -> list[float]:
+    section = ScheduleSection(name=name, **fields)
+    return [lr_factor(section, step=step, total_steps=total) for step in range(total)]
+
+
+def test_warmup_is_linear_and_given_in_steps_or_as_a_fraction() -> None:
+    in_steps = factors("constant", warmup=10)
+    as_fraction = factors("constant", warmup=0.1)
+    assert in_steps == pytest.approx(as_fraction)
+    assert in_steps[0] == pytest.approx(1 / 11) and in_steps[9] == pytest.approx(10 / 11)
+    assert in_steps[10:] == pytest.approx([1.0] * 90)
+
+
+@pytest.mark.parametrize("name", ["linear", "cosine"])
+def test_decaying_schedules_peak_after_warmup_and_end_near_the_floor(name: str) -> None:
+    values = factors(name, warmup=0.1, min_lr_ratio=0.1)
+    assert max(values) == pytest.approx(values[10])
+    assert all(a >= b for a, b in zip(values[10:], values[11:], strict=False))
+    assert values[-1] == pytest.approx(0.1, abs=0.02)
+
+
+def test_inverse_sqrt_decays_as_one_over_root_step() -> None:
+    values = factors("inverse_sqrt", total=400, warmup=4)
+    assert values[16] == pytest.approx((4 / 16) ** 0.5)
+    assert values[100] == pytest.approx((4 / 100) ** 0.5)
+
+
+def test_warmup_stable_decay_holds_then_decays_in_the_last_fraction() -> None:
+    values = factors("wsd", warmup=0.1, decay_fraction=0.2)
+    assert values[20:80] == pytest.approx([1.0] * 60)
+    assert values[90] == pytest.approx(0.5)
+    assert values[-1] == pytest.approx(0.05)
+
+
+def test_step_schedule_multiplies_by_gamma_every_step_size() -> None:
+    values = factors("step", warmup=0, step_size=30, gamma=0.5)
+    assert values[29] == 1.0 and values[30] == 0.5 and values[60] == 0.25
+
+
+def test_wall_clock_progress_drives_the_schedule() -> None:
+    section = ScheduleSection(name="linear", warmup=0.0)
+    assert lr_factor(section, step=3, total_steps=1, progress=0.25) == pytest.approx(0.75)
+
+
+def test_no_weight_decay_on_biases_and_norms() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    decay, no_decay = default_parameter_groups(model, 0.1)
+    assert [p.shape for p in decay["params"]] == [torch.Size([4, 4])]
+    assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb", "adadelta", "sgd"])
+def test_every_optimizer_reduces_a_least_squares_loss(name: str) -> None:
+    torch.manual_seed(0)
+    weights = torch.nn.Parameter(torch.randn(8, 1))
+    inputs, targets = torch.randn(64, 8), torch.randn(64, 1)
+    lr = {"adamw": 0.05, "lamb": 0.05, "adadelta": 20.0, "sgd": 0.05}[name]
+    optimizer = build_optimizer(OptimSection(name=name, lr=lr, momentum=0.9), [{"params": [weights],
+                                                                                "weight_decay": 0.0}],
+                                torch.device("cpu"))
+    first = None
+    for _ in range(50):
+        loss = ((inputs @ weights - targets) ** 2).mean()
+        first = first if first is not None else float(loss.detach())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(loss.detach()) < 0.7 * first
+
+
+def test_lamb_scales_each_update_by_the_trust_ratio() -> None:
+    weights = torch.nn.Parameter(torch.full((4,), 2.0))
+    optimizer = Lamb([weights], lr=0.1, betas=(0.9, 0.999), eps=1e-6)
+    weights.grad = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    optimizer.step()
+    # first Adam update is sign(grad); trust ratio ||w|| / ||update|| = 4 / 2 = 2
+    assert weights.detach() == pytest.approx(torch.tensor([1.8, 2.2, 1.8, 2.2]), abs=1e-5)
