@@ -42,21 +42,25 @@ VOCAB = 8192
 
 def run_measured(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
     """Wall seconds, peak summed RSS (bytes) of the process tree, and stdout."""
-    started = time.perf_counter()
-    process = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    peak = 0
-    while process.poll() is None:
-        try:
-            tree = [process, *process.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    seconds = time.perf_counter() - started
-    stdout, stderr = process.communicate()
-    if process.returncode != 0:
-        raise SystemExit(f"command failed ({process.returncode}): {' '.join(command)}\n{stderr.decode()[-3000:]}")
-    return seconds, peak, stdout.decode()
+    # output goes to files, not pipes: an unread pipe fills up (progress bars) and blocks the child
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
+        process = psutil.Popen(command, stdout=stdout, stderr=stderr, env=env)
+        peak = 0
+        while process.poll() is None:
+            try:
+                tree = [process, *process.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.05)
+        seconds = time.perf_counter() - started
+        stdout.seek(0)
+        stderr.seek(0)
+        if process.returncode != 0:
+            raise SystemExit(f"command failed ({process.returncode}): {' '.join(command)}\n"
+                             f"{stderr.read().decode(errors='replace')[-3000:]}")
+        return seconds, peak, stdout.read().decode()
 
 
 def reference_interpreter(given: str | None) -> tuple[str, str]:

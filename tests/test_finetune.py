@@ -21,7 +21,7 @@ from helpers.finetuning import (  # noqa: E402
     supersense_files,
 )
 
-from bertforge.inference import evaluate_file, load_model  # noqa: E402
+from bertforge.inference import evaluate_file, load_model, prediction_rows, read_inputs  # noqa: E402
 from bertforge.locate import MODEL_DESCRIPTION  # noqa: E402
 from bertforge.tasks.classify import ClassificationTask  # noqa: E402
 
@@ -123,6 +123,13 @@ def test_regression_on_the_glue_layout_sts_b_files_reports_correlations(tmp_path
     assert report["metrics"]["mse"] == pytest.approx(report["metrics"]["loss"])
     config = json.loads((run_dir / "final" / "config.json").read_text())
     assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
+    dev = glue_dir / "STS-B" / "dev.tsv"
+    rerun = evaluate_file(load_model(run_dir), dev, text_column="sentence1", text_pair_column="sentence2",
+                          label_column="score")
+    assert rerun.metrics["pearson"] == pytest.approx(report["metrics"]["pearson"], abs=1e-6)
+    rows = prediction_rows(load_model(run_dir), read_inputs(dev, text_column="sentence1",
+                                                            text_pair_column="sentence2"))
+    assert len(rows) == 100 and isinstance(rows[0]["score"], float) and "label" not in rows[0]
 
 
 def test_pair_classification_on_the_mnli_layout_with_class_weights(tmp_path: Path, glue_dir: Path) -> None:
@@ -178,6 +185,28 @@ def test_fine_tuning_starts_from_a_run_directory_or_one_of_its_checkpoints(tmp_p
     source = load_model(tiny_run).model.state_dict()
     assert torch.allclose(from_run["encoder.layers.0.attention.qkv.weight"],
                           source["encoder.layers.0.attention.qkv.weight"], atol=1e-6)
+
+
+def test_a_best_metric_the_task_does_not_report_or_the_wrong_direction_is_a_config_error(tmp_path: Path) -> None:
+    from helpers.finetuning import run_config
+
+    from bertforge.errors import ConfigError
+
+    base = [f"model.tokenizer={minilm_dir()}", "finetune.train_file=bundled:supersense/validation"]
+    for extra, message in ((["train.best_metric=pearson"], "choose one of accuracy, f1_macro, loss, matthews"),
+                           (["train.best_metric=loss"], "set train.best_mode=min"),
+                           (["train.best_metric=f1"], "choose one of")):  # binary F1 needs two classes
+        with pytest.raises(ConfigError, match=message):
+            ClassificationTask(run_config(tmp_path / "x", *base, *extra)).build_datasets()
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "finetune").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_the_shipped_fine_tuning_configs_load(path: Path) -> None:
+    from bertforge.config import load_config
+
+    config = load_config(path)
+    assert config.finetune.train_file == "bundled:supersense/train" and config.train.best_metric == "accuracy"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -89,6 +89,14 @@ def test_config_mistakes_are_caught_before_any_job_starts(tmp_path: Path, glue_d
     assert not (tmp_path / "glue").exists()
 
 
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "glue").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_the_shipped_glue_configs_load_and_plan(path: Path, tmp_path: Path) -> None:
+    config = load_config(path)
+    jobs = plan_jobs(config, tmp_path)
+    assert jobs and all(job_config(config, job, tmp_path).model.init_from for job in jobs)
+
+
 # ---------------------------------------------------------------------------------------------
 # end to end
 

@@ -127,9 +127,10 @@ class ClassificationTask(Task):
         if metric not in available:
             raise ConfigError(f"train.best_metric is {metric!r}, which {task_type} evaluation does not report; "
                               f"choose one of {', '.join(sorted(available))}")
-        if self.config.train.best_mode != best_mode(metric):
-            log.warning(f"train.best_mode is {self.config.train.best_mode} but a better {metric} is "
-                        f"{'larger' if best_mode(metric) == 'max' else 'smaller'}; set train.best_mode={best_mode(metric)}")
+        if self.config.train.best_mode != best_mode(metric):  # it would keep the worst checkpoint
+            raise ConfigError(f"train.best_mode is {self.config.train.best_mode} but a better {metric} is "
+                              f"{'larger' if best_mode(metric) == 'max' else 'smaller'}; set "
+                              f"train.best_mode={best_mode(metric)}")
 
     # --- model ----------------------------------------------------------------------------------
 

@@ -51,7 +51,18 @@ def init_distributed(device_request: str) -> tuple[DistEnv, torch.device]:
             raise ConfigError(f"`run.device` is {device_request!r} but no CUDA GPU is visible; use run.device=cpu")
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        if restart is None:
+            dist.init_process_group(backend=backend)
+        else:
+            # After `torchrun --max-restarts` restarts the workers, the rendezvous store still holds
+            # the previous attempt's gloo addresses under the same keys and rank 0 would dial a dead
+            # worker; a prefix per attempt keeps the attempts apart.
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                                  is_master=False, use_libuv=True)
+            dist.init_process_group(backend=backend, store=dist.PrefixStore(f"bertforge/attempt-{restart}", store),
+                                    rank=rank, world_size=world_size)
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank), device
 
 
