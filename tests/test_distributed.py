@@ -63,11 +63,14 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(strategy: str, s
         torch.testing.assert_close(final_dist[key], value, rtol=1e-4, atol=1e-5)
 
 
-def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(single_process: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(strategy: str, tmp_path: Path) -> None:
+    """kill -9 of the launcher and both workers; under FSDP2 the checkpoints are sharded (DCP)."""
+    settings = ["train.checkpoint_every=1", f"dist.strategy={strategy}"]
     reference = tmp_path / "reference"
-    launch(reference, 2, "NoDropout", "train.checkpoint_every=1")
+    launch(reference, 2, "NoDropout", *settings)
     run_dir = tmp_path / "killed"
-    process = launch(run_dir, 2, "NoDropout", "train.checkpoint_every=1", wait=False)
+    process = launch(run_dir, 2, "NoDropout", *settings, wait=False)
     assert process is not None
     marker = run_dir / "checkpoints" / "latest"
     deadline = time.monotonic() + 300
@@ -77,7 +80,9 @@ def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(single_p
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)  # the launcher and both workers, without warning
     process.wait()
-    launch(run_dir, 2, "NoDropout", "train.checkpoint_every=1")
+    launch(run_dir, 2, "NoDropout", *settings)
+    if strategy == "fsdp":
+        assert (run_dir / "checkpoints" / "step-00000006" / "dcp").is_dir()
     a = torch.load(reference / "final" / "model.pt", weights_only=True)
     b = torch.load(run_dir / "final" / "model.pt", weights_only=True)
     for key in a:

@@ -73,7 +73,7 @@ def test_pretraining_loss_falls_and_exports_a_transformers_model(prepared: Path,
     assert all(r["tokens_per_s"] > 0 and "mfu" in r and "mlm_accuracy" in r for r in train)
     validation = records(run_dir, "validation")
     nsp = "nsp" in prepared.name
-    assert {"mlm_loss", "mlm_accuracy", "mlm_perplexity"} <= validation[-1].keys()
+    assert {"mlm_loss", "mlm_accuracy", "mlm_perplexity", "mlm_unigram_accuracy"} <= validation[-1].keys()
     assert ("nsp_accuracy" in validation[-1]) == nsp
     for name in ("config.yaml", "metrics.jsonl", "checkpoints/latest", "final/config.json", "final/tokenizer.json"):
         assert (run_dir / name).exists(), name

@@ -148,6 +148,7 @@ def test_cli_train_runs_a_user_task_file_and_reports_bad_input(tmp_path: Path) -
                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "bag-of-words" / "final").is_dir()
+    assert list((tmp_path / "bag-of-words" / "tensorboard").glob("events.out.tfevents.*"))  # on by default
     bad = subprocess.run([sys.executable, "-m", "bertforge.cli", "train", "--task", f"{TASKS}:Missing",
                           str(ROOT / "examples" / "tasks" / "bag_of_words.yaml")],
                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)

@@ -176,10 +176,12 @@ def device_slots(config: Config, jobs: int | None) -> list[dict[str, str]]:
     import torch
 
     gpus = torch.cuda.device_count() if config.run.device != "cpu" else 0
+    cores = cpu_count()
     if gpus:
         count = min(jobs or gpus, gpus)
-        return [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(count)]
-    cores = cpu_count()
+        threads = str(max(1, cores // count))
+        return [{"CUDA_VISIBLE_DEVICES": str(i), "OMP_NUM_THREADS": threads, "BERTFORGE_JOB_THREADS": threads}
+                for i in range(count)]
     count = jobs or max(1, cores // THREADS_PER_CPU_JOB)
     threads = str(max(1, cores // count))
     return [{"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "BERTFORGE_JOB_THREADS": threads}
@@ -198,8 +200,8 @@ def _launch(job: GlueJob, config: Config, out_dir: Path, data_dir: Path, environ
             slot: int) -> _Running:
     job.run_dir.mkdir(parents=True, exist_ok=True)
     (job.run_dir / "job_config.yaml").write_text(config_to_yaml(job_config(config, job, out_dir)), encoding="utf-8")
-    threads = environment.get("BERTFORGE_JOB_THREADS", str(cpu_count()))
-    spec = {"task": job.task.name, "seed": job.seed, "data_dir": str(data_dir.resolve()), "threads": threads}
+    spec = {"task": job.task.name, "seed": job.seed, "data_dir": str(data_dir.resolve()),
+            "threads": environment["BERTFORGE_JOB_THREADS"]}
     (job.run_dir / JOB_SPEC).write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
     env = os.environ | environment | {"PYTHONUNBUFFERED": "1"}
     with open(job.run_dir / JOB_LOG, "ab") as log_file:

@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertforge.config import Config
 from bertforge.console import log
 from bertforge.data.loader import PretrainingLoader, build_eval_loader
 from bertforge.data.masking import MaskingSettings
@@ -21,7 +20,12 @@ from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
 from bertforge.errors import ConfigError
-from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task, parameter_groups
+from bertforge.models import (
+    BertforgeForPreTraining,
+    encoder_config_from_section,
+    load_for_task,
+    parameter_groups,
+)
 from bertforge.train.task import Batch, Task, TaskData
 
 MODEL_INPUTS = ("input_ids", "cu_seqlens", "max_seqlen", "position_ids", "token_type_ids", "masked_positions",
@@ -91,6 +95,7 @@ class PretrainTask(Task):
         return loss, metrics
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        batches = batches if isinstance(batches, list) else list(batches)
         mlm_loss = mlm_correct = masked = nsp_loss = nsp_correct = sequences = 0.0
         for batch in batches:
             output = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
@@ -101,7 +106,8 @@ class PretrainTask(Task):
                 nsp_loss += float(output.nsp_loss_sum)
                 nsp_correct += float(output.nsp_correct)
                 sequences += int(batch["num_samples"])
-        results = {"mlm_loss": mlm_loss / max(masked, 1), "mlm_accuracy": mlm_correct / max(masked, 1)}
+        results = {"mlm_loss": mlm_loss / max(masked, 1), "mlm_accuracy": mlm_correct / max(masked, 1),
+                   "mlm_unigram_accuracy": unigram_baseline(batches)}
         results["mlm_perplexity"] = float(torch.tensor(results["mlm_loss"]).exp())
         if self.nsp:
             results["nsp_loss"] = nsp_loss / max(sequences, 1)
@@ -122,6 +128,14 @@ class PretrainTask(Task):
         from bertforge.models import export_hf
 
         export_hf(model, self.tokenizer_dir, directory)
+
+
+def unigram_baseline(batches: Iterable[Batch]) -> float:
+    """MLM accuracy of always predicting the most frequent masked token: the bar to beat."""
+    labels = torch.cat([batch["masked_labels"] for batch in batches] or [torch.zeros(0, dtype=torch.long)])
+    if labels.numel() == 0:
+        return 0.0
+    return float(torch.bincount(labels).max()) / max(labels.numel(), 1)
 
 
 def _first_samples(loader: Iterable[Batch], limit: int | None) -> list[Batch]:
