@@ -67,7 +67,7 @@ QUICK = {"model": "bert-tiny", "batch_size": 8, "tokens": 8_000, "warmup_steps":
 
 @dataclass
 class ArmSpec:
-    """Everything an arm's process needs; identical for the three arms except `arm` and `out_dir`."""
+    """Everything an arm's process needs; only `arm`, `out_dir`, `data_dir` and `max_steps` differ between arms."""
 
     arm: str
     out_dir: str
@@ -91,7 +91,7 @@ class ArmResult:
     step_tokens: list[int]  # real tokens of every optimizer step
     computed_positions_per_step: float  # positions the encoder runs on (padded rows count in full)
     peak_memory_bytes: int  # peak RSS of the training process (CPU) or max_memory_allocated (GPU)
-    train_seconds: float
+    train_seconds: float  # Trainer.fit / Trainer.train (bertforge's includes its set-up, final evaluation, export)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -543,15 +543,14 @@ def parse_arguments() -> argparse.Namespace:
     return arguments
 
 
-def check_budget(arguments: argparse.Namespace, manifest: dict[str, Any]) -> None:
-    """Every arm must run warm-up + `--steps` + 1 steps; bertforge, with the fullest rows, runs the fewest."""
-    train = manifest["splits"]["train"]
-    fewest = planned_steps(arguments.tokens, train["tokens"] / train["samples"] * arguments.batch_size)
+def check_budget(arguments: argparse.Namespace) -> None:
+    """Every arm must run warm-up + `--steps` + 1 steps; (b), with rows of 128 real tokens, runs the fewest."""
+    fewest = planned_steps(arguments.tokens, SEQ_LEN * arguments.batch_size)
     needed = arguments.warmup_steps + arguments.steps + 1
     if fewest < needed:
-        raise SystemExit(f"--tokens {arguments.tokens:,} gives bertforge only ~{fewest} steps of "
-                         f"{arguments.batch_size} samples; it needs {needed} (--warmup-steps + --steps + 1): "
-                         "raise --tokens or lower --steps")
+        raise SystemExit(f"--tokens {arguments.tokens:,} gives the group_texts arm only {fewest} steps of "
+                         f"{arguments.batch_size}x{SEQ_LEN} tokens; every arm needs {needed} "
+                         "(--warmup-steps + --steps + 1): raise --tokens or lower --steps")
 
 
 def main() -> None:
@@ -561,6 +560,7 @@ def main() -> None:
         return
     from bertforge.console import console
 
+    check_budget(arguments)
     work = Path(arguments.work_dir).resolve()
     command = shlex.join(["python", *sys.argv])
     machine = machine_description(arguments.device)
@@ -569,7 +569,6 @@ def main() -> None:
     train_documents = manifest["splits"]["train"]["documents"]
     validation_documents = manifest["splits"]["validation"]["documents"]
     validation_lines = document_lines(documents[train_documents:train_documents + validation_documents])
-    check_budget(arguments, manifest)
     quiet_progress_bars()
     console.print("building the Hugging Face training sets (datasets.map, then save_to_disk)")
     hf_data = save_hf_datasets(work, tokenizer_dir, documents[:train_documents])
@@ -588,10 +587,15 @@ def main() -> None:
         spec_path = work / "specs" / f"{arm}.json"
         write_atomically(spec_path, json.dumps(asdict(spec), indent=1))
         console.print(f"[bold]{ARM_TITLES[arm]}[/bold]: training {arguments.model} on {arguments.tokens:,} tokens")
+        result_path = spec_path.with_name(f"{arm}.result.json")
+        result_path.unlink(missing_ok=True)
         # the child's stdout (HF's log lines) goes to our stderr: stdout carries only the table
-        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)], check=True,
-                       stdout=sys.stderr)
-        results[arm] = json.loads(spec_path.with_name(f"{arm}.result.json").read_text(encoding="utf-8"))
+        child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
+                               stdout=sys.stderr)
+        if child.returncode != 0:
+            raise SystemExit(f"the {ARM_TITLES[arm]} arm failed with exit code {child.returncode} (its output is "
+                             f"above); its spec is {spec_path}")
+        results[arm] = json.loads(result_path.read_text(encoding="utf-8"))
     machine["load_average_end"] = os.getloadavg()[0]
 
     import torch

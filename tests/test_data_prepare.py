@@ -183,10 +183,8 @@ def test_an_input_without_text_is_a_clear_error(tokenizer_dir: Path, tmp_path: P
 
 
 def _run_cli(args: list[str]) -> subprocess.Popen[bytes]:
-    code = ("import sys; from bertforge import cli; m = 'bertforge.commands.prepare'; "
-            "cli.COMMAND_MODULES += [m] if m not in cli.COMMAND_MODULES else []; sys.exit(cli.main(sys.argv[1:]))")
-    return subprocess.Popen([sys.executable, "-c", code, "-q", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "bertforge.cli", "-q", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def test_an_interrupted_run_leaves_the_old_dataset_intact_and_resumes_to_the_same_result(

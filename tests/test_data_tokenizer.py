@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from bertforge.cli import main
 from bertforge.data.bundled import corpus_path
 from bertforge.data.tokenizer import (
     SPECIAL_TOKENS,
@@ -93,3 +94,15 @@ def test_missing_directories_and_tiny_vocabularies_are_clear_errors(tmp_path: Pa
         load_tokenizer(tmp_path / "nothing")
     with pytest.raises(DataError, match="too small"):
         train_wordpiece(["x"], vocab_size=10)
+
+
+def test_the_cli_trains_a_tokenizer_and_prepares_data_from_the_bundled_corpus_slice(corpus_slice: Path,
+                                                                                   tmp_path: Path) -> None:
+    assert main(["-q", "tokenizer", "train", "--input", str(corpus_slice), "--vocab-size", "1000", "--cased",
+                 "--out", str(tmp_path / "tok")]) == 0
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "tok")).do_lower_case is False
+    assert main(["-q", "prepare", "pretrain", "--input", str(corpus_slice), "--tokenizer", str(tmp_path / "tok"),
+                 "--out", str(tmp_path / "data"), "--nsp", "--split", "8,1,1", "--workers", "0"]) == 0
+    assert (tmp_path / "data" / "index.json").is_file()
+    assert main(["-q", "prepare", "pretrain", "--input", str(tmp_path / "missing.txt"), "--tokenizer",
+                 str(tmp_path / "tok"), "--out", str(tmp_path / "data")]) == 2

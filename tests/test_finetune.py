@@ -21,6 +21,7 @@ from helpers.finetuning import (  # noqa: E402
     supersense_files,
 )
 
+from bertforge.data.bundled import supersense_labels  # noqa: E402
 from bertforge.inference import evaluate_file, load_model, prediction_rows, read_inputs  # noqa: E402
 from bertforge.locate import MODEL_DESCRIPTION  # noqa: E402
 from bertforge.tasks.classify import ClassificationTask  # noqa: E402
@@ -72,7 +73,7 @@ def test_final_model_is_the_best_checkpoint_and_its_test_metrics_are_reproducibl
     best = max(validation, key=lambda record: record["accuracy"])
     checkpoints = tiny_run / "checkpoints"
     assert (checkpoints / "best").read_text() == f"step-{best['step']:08d}"
-    test_file = next(data_dir.glob("supersense-test-*.jsonl"))
+    test_file = data_dir / "supersense-test-256.jsonl"
     from_checkpoint = evaluate_file(load_model(checkpoints / (checkpoints / "best").read_text()), test_file)
     from_final = evaluate_file(load_model(tiny_run), test_file)
     saved = json.loads((tiny_run / "test_results.json").read_text())["metrics"]
@@ -81,16 +82,22 @@ def test_final_model_is_the_best_checkpoint_and_its_test_metrics_are_reproducibl
         assert from_final.metrics[metric] == pytest.approx(saved[metric], abs=1e-9)
 
 
-def test_minilm_fine_tuned_for_a_few_steps_beats_the_majority_class(tmp_path: Path, data_dir: Path) -> None:
+def test_minilm_fine_tuned_for_a_few_steps_with_a_label_map_beats_the_majority_class(tmp_path: Path,
+                                                                                   data_dir: Path) -> None:
+    # label_map merges the 45 supersenses into their part of speech: noun.animal -> noun, ...
+    label_map = "{" + ", ".join(f'"{name}": {name.split(".")[0]}' for name in supersense_labels()) + "}"
+    files = [f for f in supersense_files(data_dir, train=256, validation=64, test=128) if "labels=" not in f]
     run_dir = tmp_path / "minilm"
-    finetune(run_dir, "model.init_from=all-MiniLM-L6-v2", *supersense_files(data_dir, validation=64),
-             "finetune.max_length=64", "optim.lr=3e-4", "train.micro_batch_size=16", "train.global_batch_size=16",
-             "train.max_epochs=2", "train.best_metric=accuracy")
+    finetune(run_dir, "model.init_from=all-MiniLM-L6-v2", *files, f"finetune.label_map={label_map}",
+             "finetune.max_length=48", "optim.lr=5e-4", "train.micro_batch_size=16", "train.global_batch_size=16",
+             "train.max_steps=16", "train.best_metric=accuracy")
     results = json.loads((run_dir / "test_results.json").read_text())
+    assert results["label_names"] == ["adj", "adv", "noun", "verb"]
     majority = max(report["support"] for report in results["per_class"]) / results["metrics"]["examples"]
-    assert results["metrics"]["accuracy"] > majority + 0.05
+    assert results["metrics"]["accuracy"] > majority + 0.05 and results["metrics"]["matthews"] > 0.3
     config = json.loads((run_dir / "final" / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"]) == (384, 6)
+    assert config["id2label"] == {"0": "adj", "1": "adv", "2": "noun", "3": "verb"}
 
 
 def test_early_stopping_ends_the_run_and_reloads_the_best_checkpoint(tmp_path: Path, data_dir: Path) -> None:
@@ -105,7 +112,7 @@ def test_early_stopping_ends_the_run_and_reloads_the_best_checkpoint(tmp_path: P
     best = min(validation, key=lambda record: record["loss"])
     assert result.state.best_step == best["step"]
     assert all(record["loss"] >= best["loss"] for record in validation[-2:])
-    final = evaluate_file(load_model(run_dir), next(data_dir.glob("supersense-validation-*.jsonl")))
+    final = evaluate_file(load_model(run_dir), data_dir / "supersense-validation-128.jsonl")
     assert final.metrics["loss"] == pytest.approx(best["loss"], rel=1e-5)
 
 
@@ -164,8 +171,8 @@ def test_class_weights_make_the_loss_a_weighted_mean_over_the_global_batch(tmp_p
     batch["global_loss_units"] = units
     with torch.no_grad():
         loss, _ = task.forward_step(batch, model)
-    logits = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
-                   position_ids=batch["position_ids"], token_type_ids=batch["token_type_ids"]).logits
+        logits = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], max_seqlen=batch["max_seqlen"],
+                       position_ids=batch["position_ids"], token_type_ids=batch["token_type_ids"]).logits
     reference = torch.nn.functional.cross_entropy(logits, batch["labels"], weight=task.class_weights)
     assert float(loss) == pytest.approx(float(reference), rel=1e-5)
 

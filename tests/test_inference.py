@@ -66,7 +66,7 @@ def mlm_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_predictions_equal_the_transformers_pipeline_on_the_exported_model(classifier_run: Path, data_dir: Path,
                                                                          tmp_path: Path) -> None:
     out = tmp_path / "preds.jsonl"
-    test_file = next(data_dir.glob("supersense-test-*.jsonl"))
+    test_file = data_dir / "supersense-test-64.jsonl"
     assert main(["predict", str(classifier_run), "--input", str(test_file), "--out", str(out), "--batch-size", "7"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 64 and {"text", "label", "label_id", "score", "probabilities"} <= rows[0].keys()
@@ -108,7 +108,7 @@ def test_predict_reads_csv_columns_and_writes_nothing_on_error(classifier_run: P
 def test_evaluate_reports_the_same_metrics_as_the_run_and_writes_the_report(classifier_run: Path, data_dir: Path,
                                                                           tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    test_file = next(data_dir.glob("supersense-test-*.jsonl"))
+    test_file = data_dir / "supersense-test-64.jsonl"
     assert main(["evaluate", str(classifier_run / "final"), "--data", str(test_file), "--split-name", "heldout",
                  "--out-dir", str(tmp_path)]) == 0
     assert "accuracy" in capsys.readouterr().out

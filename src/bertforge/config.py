@@ -128,6 +128,8 @@ class DataSection:
     packing: bool = True  # pack short samples into full rows (best-fit), attention stays within each sample
     num_workers: int = 1  # data-loader worker processes per rank
     validation_samples: int | None = None  # cap on validation samples per evaluation; None = the whole split
+    verify_checksums: bool = True  # sha256-check every shard when a prepared dataset is opened
+    cache_dir: str | None = None  # local copy of a remote dataset; None = $BERTFORGE_CACHE or ~/.cache/bertforge
 
     def __post_init__(self) -> None:
         check_range("data.seq_len", self.seq_len, low=8)

@@ -311,6 +311,8 @@ def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: 
     """Prepare (or reuse) a pre-training dataset at `out` (a directory or fsspec URL); returns its manifest."""
     settings = settings or PrepareSettings()
     out = str(out).rstrip("/")
+    if is_local(out) and local_path(out).exists() and not local_path(out).is_dir():
+        raise DataError(f"--out {out} is a file; give a directory (created if missing) or an fsspec URL")
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise DataError(f"--workers {workers} must be >= 0 (0 tokenizes in the main process)")

@@ -38,7 +38,8 @@ class PretrainTask(Task):
         if data.path is None:
             raise ConfigError("`data.path` is not set: prepare a dataset with `bertforge prepare pretrain --input ... "
                               "--tokenizer ... --out DIR` and pass data.path=DIR")
-        train = PretokenizedDataset(data.path, "train")
+        train = PretokenizedDataset(data.path, "train", verify_checksums=data.verify_checksums,
+                                    cache_dir=data.cache_dir)
         if train.seq_len > data.seq_len:
             raise ConfigError(f"`data.seq_len` is {data.seq_len} but {data.path} was prepared with --seq-len "
                               f"{train.seq_len}; set data.seq_len={train.seq_len} or prepare the data again")
@@ -56,15 +57,15 @@ class PretrainTask(Task):
 
         validation_batches = None
         if "validation" in train.manifest["splits"] and train.manifest["splits"]["validation"]["samples"] > 0:
-            validation = PretokenizedDataset(data.path, "validation")
+            validation = PretokenizedDataset(data.path, "validation", verify_checksums=data.verify_checksums,
+                                             cache_dir=data.cache_dir)
             loader = build_eval_loader(validation, micro_batch_size=self.config.train.micro_batch_size,
                                        packing=packing, masking=masking)
             validation_batches = _first_samples(loader, data.validation_samples)
         else:
             log.warning(f"{data.path} has no validation split: no MLM accuracy will be reported "
                         "(prepare it with --split 980,20)")
-        total_tokens = sum(len(shard["tokens"]) for shard in train._open())
-        tokens_per_sample = total_tokens / max(len(train), 1)
+        tokens_per_sample = train.manifest["splits"]["train"]["tokens"] / max(len(train), 1)
         return TaskData(train=train_loader, validation_batches=validation_batches, tokens_per_sample=tokens_per_sample)
 
     def build_model(self) -> nn.Module:
