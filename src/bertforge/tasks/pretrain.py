@@ -69,12 +69,18 @@ class PretrainTask(Task):
         return TaskData(train=train_loader, validation_batches=validation_batches, tokens_per_sample=tokens_per_sample)
 
     def build_model(self) -> nn.Module:
+        from bertforge.locate import save_model_description
+
         section = self.config.model
         if section.init_from:
             overrides = {k: getattr(section, k) for k in ("hidden_dropout", "attention_dropout")
                          if getattr(section, k) is not None} | {"attention_backend": section.attention_backend}
-            return load_for_task(section.init_from, "pretraining", nsp=self.nsp, config_overrides=overrides)
-        return BertforgeForPreTraining(encoder_config_from_section(section, self.vocab_size), nsp=self.nsp)
+            model = load_for_task(section.init_from, "pretraining", nsp=self.nsp, config_overrides=overrides)
+        else:
+            model = BertforgeForPreTraining(encoder_config_from_section(section, self.vocab_size), nsp=self.nsp)
+        # the architecture next to the checkpoints, so `bertforge export RUN/checkpoints/step-N` rebuilds it
+        save_model_description(model, Path(self.config.run.output_dir) / self.config.run.name)
+        return model
 
     def parameter_groups(self, model: nn.Module) -> list[dict[str, object]]:
         return parameter_groups(model, self.config.optim.weight_decay)
