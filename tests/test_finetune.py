@@ -133,7 +133,7 @@ def test_regression_on_the_glue_layout_sts_b_files_reports_correlations(tmp_path
     dev = glue_dir / "STS-B" / "dev.tsv"
     rerun = evaluate_file(load_model(run_dir), dev, text_column="sentence1", text_pair_column="sentence2",
                           label_column="score")
-    assert rerun.metrics["pearson"] == pytest.approx(report["metrics"]["pearson"], abs=1e-6)
+    assert rerun.metrics["pearson"] == pytest.approx(report["metrics"]["pearson"], abs=1e-5)
     rows = prediction_rows(load_model(run_dir), read_inputs(dev, text_column="sentence1",
                                                             text_pair_column="sentence2"))
     assert len(rows) == 100 and isinstance(rows[0]["score"], float) and "label" not in rows[0]

@@ -98,12 +98,13 @@ class ModelSection:
     global_every_n: int | None = None  # every n-th layer attends globally when a local window is set
     tie_word_embeddings: bool | None = None  # tie the MLM decoder to the word embeddings
     attention_backend: str = "auto"  # auto | flash | sdpa | eager
-    pooling: str = "pooler"  # sequence head input: pooler (BERT's tanh pooler on [CLS]) | cls | mean
+    pooling: str | None = None  # sequence head input: pooler (BERT's tanh pooler on [CLS]) | cls | mean; None = the preset's
     classifier_dropout: float | None = None  # dropout before the classifier; None = hidden_dropout
 
     def __post_init__(self) -> None:
         check_choice("model.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
-        check_choice("model.pooling", self.pooling, POOLINGS)
+        if self.pooling is not None:
+            check_choice("model.pooling", self.pooling, POOLINGS)
         if self.position is not None:
             check_choice("model.position", self.position, POSITIONS)
         if self.mlp is not None:

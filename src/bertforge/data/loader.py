@@ -196,8 +196,11 @@ class TensorBatches:
     """Re-iterable batches of a DataLoader whose workers return numpy arrays, as tensors."""
 
     def __init__(self, batches: PretrainingBatches, sampler: Any, num_workers: int) -> None:
+        # a private generator: DataLoader draws its worker base seed from it; drawing from the global
+        # RNG would shift dropout after a resume and break bitwise-exact resumption
         self.loader = DataLoader(batches, sampler=sampler, batch_size=None, num_workers=num_workers,
-                                 collate_fn=_unchanged, prefetch_factor=4 if num_workers > 0 else None)
+                                 collate_fn=_unchanged, prefetch_factor=4 if num_workers > 0 else None,
+                                 generator=torch.Generator().manual_seed(0))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for batch in self.loader:

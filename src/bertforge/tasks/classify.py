@@ -161,7 +161,7 @@ class ClassificationTask(Task):
         overrides: dict[str, object] = {name: getattr(section, name) for name in DROPOUT_FIELDS
                                         if getattr(section, name) is not None}
         overrides["attention_backend"] = section.attention_backend
-        if section.pooling != "pooler":  # the default keeps what the source model pools with
+        if section.pooling is not None:  # None keeps what the source model pools with
             overrides["pooling"] = section.pooling
         arguments: dict[str, Any] = dict(num_labels=num_labels, problem_type=task_type, label_names=label_names,
                                          config_overrides=overrides)
