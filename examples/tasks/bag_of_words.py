@@ -33,8 +33,7 @@ def read_split(split: str, limit: int) -> list[dict[str, str]]:
     """`limit` evenly spaced rows: the files list synsets grouped by part of speech."""
     with gzip.open(supersense_path(split), "rt", encoding="utf-8") as handle:
         lines = handle.readlines()
-    stride = max(1, len(lines) // limit)
-    return [json.loads(line) for line in lines[::stride][:limit]]
+    return [json.loads(lines[i * len(lines) // limit]) for i in range(min(limit, len(lines)))]
 
 
 class BagOfWordsModel(nn.Module):

@@ -63,9 +63,9 @@ def write_supersense_subsets(plan: QuickstartPlan) -> dict[str, Path]:
     for split, size in sizes.items():
         with gzip.open(supersense_path(split), "rt", encoding="utf-8") as handle:
             lines = handle.readlines()
-        stride = max(1, len(lines) // size)
+        chosen = [lines[i * len(lines) // size] for i in range(min(size, len(lines)))]
         path = directory / f"{split}.jsonl"
-        path.write_text("".join(lines[::stride][:size]), encoding="utf-8")
+        path.write_text("".join(chosen), encoding="utf-8")
         paths[split] = path
     return paths
 
@@ -169,7 +169,7 @@ def _print_summary(results: list[StageResult], pretrain_dir: Path, mlm_accuracy:
                    data_dir: Path, seconds: float) -> None:
     table = Table(title="WordNet supersense classification (45 classes), test accuracy")
     for column in ("model", "test accuracy", "time", "run directory"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for result in results:
         accuracy = f"{result.test_accuracy:.3f}" if result.test_accuracy is not None else result.note
         table.add_row(result.name, accuracy, f"{result.seconds:.0f} s" if result.seconds else "",
