@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -73,18 +74,24 @@ def corpus_documents(path: Path, max_documents: int | None = None) -> Iterator[l
         yield lines
 
 
-def corpus_samples(seq_len: int = 128, max_documents: int | None = None) -> list[list[int]]:
-    """Token ids of [CLS] sentences... [SEP] samples: whole lines added while they fit, per document."""
+def raw_minilm_tokenizer() -> Any:
+    """MiniLM's fast tokenizer without its built-in padding and truncation to 128."""
     from tokenizers import Tokenizer
-
-    from bertforge.data.bundled import corpus_path
 
     tokenizer = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
+    return tokenizer
+
+
+def corpus_samples(seq_len: int = 128, max_documents: int | None = None) -> list[list[int]]:
+    """Token ids of [CLS] sentences... [SEP] samples: whole lines added while they fit, per document."""
+    tokenizer = raw_minilm_tokenizer()
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     budget = seq_len - 2
     samples: list[list[int]] = []
+    from bertforge.data.bundled import corpus_path
+
     for document in corpus_documents(corpus_path(), max_documents):
         current: list[int] = []
         for encoding in tokenizer.encode_batch(document, add_special_tokens=False):
@@ -100,15 +107,11 @@ def corpus_samples(seq_len: int = 128, max_documents: int | None = None) -> list
 
 def corpus_lines(seq_len: int = 128, max_documents: int | None = None) -> list[list[int]]:
     """[CLS] line [SEP] per corpus line, truncated to seq_len: one text row per sample, as the seeds do."""
-    from tokenizers import Tokenizer
-
-    from bertforge.data.bundled import corpus_path
-
-    tokenizer = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
+    tokenizer = raw_minilm_tokenizer()
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     lines: list[list[int]] = []
+    from bertforge.data.bundled import corpus_path
+
     for document in corpus_documents(corpus_path(), max_documents):
         for encoding in tokenizer.encode_batch(document, add_special_tokens=False):
             lines.append([cls_id, *encoding.ids[:seq_len - 2], sep_id])
