@@ -385,10 +385,12 @@ def _column_hint(records: Records) -> str:
 def _check_columns(records: Records, needed: Mapping[str, str]) -> None:
     if not records.columns:
         raise DataError(f"{records.source}: no rows; the file is empty")
+    # line files take their columns from line 1 (the header, or the first JSON record)
+    where = f"{records.source}:1" if records.unit == "line" else records.source
     for config_key, column in needed.items():
         if column not in records.columns:
             found = ", ".join(repr(c) for c in records.columns) or "none"
-            raise DataError(f"{records.source}: no column {column!r} (columns found: {found}); set "
+            raise DataError(f"{where}: no column {column!r} (columns found: {found}); set "
                             f"finetune.{config_key} to one of them{_column_hint(records)}")
 
 
