@@ -4,6 +4,7 @@ with the best checkpoint, early stopping, the test report, and errors that name 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -226,11 +227,11 @@ def _write(path: Path, text: str) -> Path:
 
 
 BAD_INPUTS = {
-    "missing_column": ("train.csv", "sentence,label\nthe law of the land,noun.act\n", [], "no column 'text'"),
+    "missing_column": ("train.csv", "sentence,label\nthe law of the land,noun.act\n", [], "train.csv:1: no column 'text'"),
     "unknown_label_in_validation": ("validation.csv", "text,label\na gloss,noun.act\nanother gloss,noun.zzz\n", [],
                                     "validation.csv:3: label 'noun.zzz'"),
     "empty_text": ("train.csv", "text,label\na gloss,noun.act\n  ,noun.act\n", [], "train.csv:3: empty text"),
-    "wrong_delimiter": ("train.csv", "text\tlabel\na gloss\tnoun.act\n", [], "tab-separated"),
+    "wrong_delimiter": ("train.csv", "text\tlabel\na gloss\tnoun.act\n", [], "train.csv:1: no column.*tab-separated"),
     "non_numeric_regression_label": ("train.csv", "text,label\na gloss,0.5\nanother,high\n",
                                      ["finetune.task_type=regression"], "train.csv:3: regression label 'high'"),
 }
@@ -252,6 +253,6 @@ train: {{max_steps: 1, micro_batch_size: 1, global_batch_size: 1}}
     result = run_cli("finetune", str(config), *extra)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and expected in errors[0], result.stderr
+    assert len(errors) == 1 and re.search(expected, errors[0]), result.stderr
     assert "Traceback" not in result.stderr
     assert str(tmp_path) in errors[0]

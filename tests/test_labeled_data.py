@@ -226,7 +226,7 @@ def test_label_map_target_outside_the_label_list_is_a_config_error(tmp_path: Pat
 
 def test_missing_column_lists_the_columns_found(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "reviews.csv", [{"body": "nice", "label": "pos"}])
-    with pytest.raises(DataError, match=r"reviews.csv: no column 'text' \(columns found: 'body', 'label'\); "
+    with pytest.raises(DataError, match=r"reviews.csv:1: no column 'text' \(columns found: 'body', 'label'\); "
                                         r"set finetune.text_column"):
         read_labeled_split(path)
 
