@@ -43,13 +43,20 @@ def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["mlm", "mlm+nsp"])
-def prepared(request: pytest.FixtureRequest, corpus_slice: Path, tokenizer_dir: Path,
-             tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("data") / ("nsp" if request.param else "mlm")
+def prepare(corpus_slice: Path, tokenizer_dir: Path, out: Path, nsp: bool) -> Path:
     prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, out,
-                             PrepareSettings(seq_len=64, nsp=request.param, split=(950.0, 50.0)), workers=1)
+                             PrepareSettings(seq_len=64, nsp=nsp, split=(950.0, 50.0)), workers=1)
     return out
+
+
+@pytest.fixture(scope="module")
+def prepared_mlm(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare(corpus_slice, tokenizer_dir, tmp_path_factory.mktemp("data") / "mlm", nsp=False)
+
+
+@pytest.fixture(scope="module")
+def prepared_nsp(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare(corpus_slice, tokenizer_dir, tmp_path_factory.mktemp("data") / "nsp", nsp=True)
 
 
 def run_config(data: Path, run_dir: Path, *extra: str):
@@ -62,7 +69,10 @@ def records(run_dir: Path, split: str) -> list[dict]:
     return [r for r in map(json.loads, lines) if r["split"] == split]
 
 
-def test_pretraining_loss_falls_and_exports_a_transformers_model(prepared: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("variant", ["mlm", "nsp"], ids=["mlm", "mlm+nsp"])
+def test_pretraining_loss_falls_and_exports_a_transformers_model(variant: str, request: pytest.FixtureRequest,
+                                                                tmp_path: Path) -> None:
+    prepared = request.getfixturevalue(f"prepared_{variant}")
     run_dir = tmp_path / "run"
     config = run_config(prepared, run_dir, "train.max_steps=40", "train.eval_every=20", "train.checkpoint_every=20",
                         "train.best_metric=mlm_accuracy")
@@ -89,10 +99,9 @@ def test_pretraining_loss_falls_and_exports_a_transformers_model(prepared: Path,
     assert logits.shape[-1] >= tokenizer.vocab_size and torch.isfinite(logits).all()
 
 
-def test_pretraining_resumes_exactly_after_sigterm(prepared: Path, tmp_path: Path) -> None:
+def test_pretraining_resumes_exactly_after_sigterm(prepared_mlm: Path, tmp_path: Path) -> None:
     """The data loader, masking and dropout all continue exactly: final weights are bitwise equal."""
-    if "nsp" in prepared.name:
-        pytest.skip("covered by the MLM variant; the data path is the same")
+    prepared = prepared_mlm
     overrides = ["train.max_steps=12", "train.eval_every=6", "model.hidden_dropout=0.1", "data.num_workers=1"]
     reference = tmp_path / "reference"
     config = run_config(prepared, reference, *overrides)
@@ -138,9 +147,8 @@ assert result.stopped_by == "signal", result.stopped_by
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_rank_pretraining_matches_one_process(strategy: str, prepared: Path, tmp_path: Path) -> None:
-    if "nsp" in prepared.name:
-        pytest.skip("one data variant is enough for the parallel wrappers")
+def test_two_rank_pretraining_matches_one_process(strategy: str, prepared_mlm: Path, tmp_path: Path) -> None:
+    prepared = prepared_mlm
     overrides = [*TINY, f"data.path={prepared}", "train.max_steps=4", "train.eval_every=4", "model.hidden_dropout=0.0",
                  "model.attention_dropout=0.0", f"run.output_dir={tmp_path}", f"dist.strategy={strategy}"]
     losses = {}
