@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import BertforgeError
-from bertforge.train.distributed import DistEnv, barrier
+from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d{8})$")
 LATEST_MARKER = "latest"
@@ -83,10 +83,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _is_fsdp(model: nn.Module) -> bool:
-    return any(type(module).__name__.startswith("FSDP") for module in model.modules())
-
-
 class CheckpointManager:
     def __init__(self, run_dir: Path, env: DistEnv, keep_last: int) -> None:
         self.directory = run_dir / "checkpoints"
@@ -141,7 +137,7 @@ class CheckpointManager:
         return final
 
     def _save_tensors(self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        if _is_fsdp(model):
+        if is_fsdp(model):
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -151,7 +147,7 @@ class CheckpointManager:
         if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO-1: gather the optimizer shards on rank 0
             optimizer.consolidate_state_dict(to=0)
         if self.env.is_main:
-            torch.save(_unwrapped(model).state_dict(), directory / "model.pt")
+            torch.save(unwrap(model).state_dict(), directory / "model.pt")
             torch.save(optimizer.state_dict(), directory / "optimizer.pt")
 
     def _prune(self) -> None:
@@ -183,7 +179,7 @@ class CheckpointManager:
             dcp.load(target, checkpoint_id=str(path / "dcp"))
             set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
         else:
-            _unwrapped(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+            unwrap(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
             if optimizer is not None:
                 optimizer_state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
                 optimizer.load_state_dict(optimizer_state)
@@ -204,9 +200,4 @@ class CheckpointManager:
             dcp.load(target, checkpoint_id=str(path / "dcp"))
             set_model_state_dict(model, target["model"])
         else:
-            _unwrapped(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
-
-
-def _unwrapped(model: nn.Module) -> nn.Module:
-    inner = getattr(model, "module", model)
-    return getattr(inner, "_orig_mod", inner)
+            unwrap(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))

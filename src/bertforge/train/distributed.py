@@ -161,6 +161,11 @@ class _ResumeGradientSync:
         self.model.set_requires_gradient_sync(True)  # type: ignore[operator]
 
 
+def is_fsdp(model: nn.Module) -> bool:
+    """Whether FSDP2 sharded the model: its state must then go through DCP / full-state gathers."""
+    return any(type(module).__name__.startswith("FSDP") for module in model.modules())
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside DDP / torch.compile wrappers."""
     inner = getattr(model, "module", model)

@@ -408,7 +408,7 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
 
 def _full_state_dict(model: nn.Module) -> dict[str, torch.Tensor] | None:
     """Under FSDP2 gather the full weights (a collective: every rank calls it); else None."""
-    if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+    if not D.is_fsdp(model):
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
