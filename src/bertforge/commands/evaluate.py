@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bertforge.commands.common import add_command
-from bertforge.commands.predict import add_input_arguments
+from bertforge.commands.predict import add_input_arguments, load_model_for
 
 PRINTED_CONFUSION_CLASSES = 12  # a wider confusion matrix goes to the --out-dir files only
 
@@ -36,14 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bertforge.console import log, stdout_console
-    from bertforge.errors import BertforgeError
-    from bertforge.inference import evaluate_file, load_model, quiet_transformers, write_evaluation
+    from bertforge.inference import evaluate_file, write_evaluation
     from bertforge.tasks.metrics import confusion_table, per_class_table
 
-    if args.batch_size < 1:
-        raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
-    quiet_transformers()
-    loaded = load_model(args.model)
+    loaded = load_model_for(args)
     report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
                            text_pair_column=args.text_pair_column, label_column=args.label_column,
                            delimiter=args.delimiter, batch_size=args.batch_size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from bertforge.commands.common import add_command
 
@@ -35,15 +36,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from bertforge.console import log
+def load_model_for(args: argparse.Namespace) -> Any:
+    """Check the shared input options and load MODEL (shared with `bertforge evaluate`)."""
     from bertforge.errors import BertforgeError
-    from bertforge.inference import load_model, prediction_rows, quiet_transformers, read_inputs, write_jsonl
+    from bertforge.inference import load_model, quiet_transformers
 
     if args.batch_size < 1:
         raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
     quiet_transformers()
-    loaded = load_model(args.model)
+    return load_model(args.model)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.console import log
+    from bertforge.inference import prediction_rows, read_inputs, write_jsonl
+
+    loaded = load_model_for(args)
     split = read_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                         delimiter=args.delimiter)
     rows = prediction_rows(loaded, split, args.batch_size)
