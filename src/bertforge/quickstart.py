@@ -9,7 +9,6 @@ so are not trained again).
 
 from __future__ import annotations
 
-import gzip
 import json
 import time
 from collections import Counter
@@ -21,7 +20,7 @@ from rich.table import Table
 
 from bertforge.config import Config, load_config
 from bertforge.console import console, log, stdout_console
-from bertforge.data.bundled import corpus_path, supersense_labels, supersense_path
+from bertforge.data.bundled import corpus_path, supersense_labels, supersense_lines
 
 CONFIGS = Path(__file__).resolve().parent / "recipes"
 
@@ -61,11 +60,8 @@ def write_supersense_subsets(plan: QuickstartPlan) -> dict[str, Path]:
     sizes = {"train": plan.train_rows, "validation": plan.validation_rows, "test": plan.test_rows}
     paths = {}
     for split, size in sizes.items():
-        with gzip.open(supersense_path(split), "rt", encoding="utf-8") as handle:
-            lines = handle.readlines()
-        chosen = [lines[i * len(lines) // size] for i in range(min(size, len(lines)))]
         path = directory / f"{split}.jsonl"
-        path.write_text("".join(chosen), encoding="utf-8")
+        path.write_text("".join(supersense_lines(split, size)), encoding="utf-8")
         paths[split] = path
     return paths
 

@@ -7,7 +7,6 @@ so every test trains on real text in seconds.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bertforge.config import Config, load_config
-from bertforge.data.bundled import supersense_labels, supersense_path
+from bertforge.data.bundled import supersense_labels, supersense_lines
 from bertforge.tasks.classify import ClassificationTask
 from bertforge.train.trainer import FitResult, Trainer
 
@@ -34,10 +33,8 @@ def minilm_dir() -> Path:
 
 def supersense_slice(directory: Path, split: str, rows: int) -> Path:
     """`rows` evenly spaced examples of a bundled split, as a jsonl file."""
-    with gzip.open(supersense_path(split), "rt", encoding="utf-8") as handle:
-        lines = handle.readlines()
     path = directory / f"supersense-{split}-{rows}.jsonl"
-    path.write_text("".join(lines[:: max(1, len(lines) // rows)][:rows]), encoding="utf-8")
+    path.write_text("".join(supersense_lines(split, rows)), encoding="utf-8")
     return path
 
 

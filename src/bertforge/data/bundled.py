@@ -11,6 +11,7 @@ checkout, an editable install and an installed wheel alike.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,19 @@ def supersense_path(split: str) -> Path:
             f"unknown supersense split {split!r}: choose one of {', '.join(SUPERSENSE_SPLITS)}"
         )
     return _existing(f"supersense/{split}.jsonl.gz")
+
+
+def supersense_lines(split: str, count: int) -> list[str]:
+    """`count` evenly spaced JSONL lines of a split, spread over all of it.
+
+    The files list synsets grouped by part of speech (nouns, then verbs, adjectives, adverbs), so
+    a subset must span the whole file: taking the first rows, or every k-th row and then cutting
+    at `count`, leaves whole parts of speech (and their labels) out.
+    """
+    with gzip.open(supersense_path(split), "rt", encoding="utf-8") as handle:
+        lines = handle.readlines()
+    count = min(count, len(lines))
+    return [lines[i * len(lines) // count] for i in range(count)]
 
 
 def read_manifest() -> dict[str, Any]:

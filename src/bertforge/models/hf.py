@@ -397,25 +397,50 @@ def load_converted_state(model: BertforgeAny, hf_state: dict[str, torch.Tensor],
         log.info("initialised from scratch (not in %s): %s", source, ", ".join(fresh))
 
 
+def hf_architecture(directory: str | Path) -> str:
+    """The importable `transformers` class a Hugging Face directory holds (from its config.json)."""
+    config_path = Path(directory) / "config.json"
+    if not config_path.is_file():
+        raise BertforgeError(f"{directory} has no config.json; give a Hugging Face model directory")
+    try:
+        hf_config = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise BertforgeError(f"{config_path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    architectures = hf_config.get("architectures") or []
+    hf_class = next((name for name in architectures if name in IMPORTABLE_CLASSES), None)
+    if hf_class is None:
+        hf_class = {"bert": "BertModel", "modernbert": "ModernBertModel"}.get(hf_config.get("model_type") or "")
+    if hf_class is None:
+        raise BertforgeError(f"{config_path}: architectures {architectures} are not supported; bertforge imports "
+                             f"{', '.join(IMPORTABLE_CLASSES)}")
+    return hf_class
+
+
+def sentence_transformers_pooling(directory: str | Path) -> str | None:
+    """`mean` or `cls` when `directory` is a sentence-transformers model trained with that pooling.
+
+    Such checkpoints (all-MiniLM-L6-v2 is one) are trained on the mean of the token states or on
+    [CLS], so the BERT pooler they still carry is left over from before and untrained for the task.
+    """
+    directory = Path(directory)
+    try:
+        modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
+        pooling_dir = next(m["path"] for m in modules if m.get("type", "").endswith("models.Pooling"))
+        pooling = json.loads((directory / pooling_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+    if pooling.get("pooling_mode_mean_tokens"):
+        return "mean"
+    if pooling.get("pooling_mode_cls_token"):
+        return "cls"
+    return None
+
+
 def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels: int | None = None,
                        problem_type: str | None = None, label_names: list[str] | None = None,
                        nsp: bool | None = None) -> BertforgeAny:
     """Load a Hugging Face BERT/ModernBERT directory (e.g. all-MiniLM-L6-v2) into a bertforge model, offline."""
-    directory = Path(directory)
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise BertforgeError(f"{directory} has no config.json; give a Hugging Face model directory")
-    try:
-        architectures = json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or []
-    except json.JSONDecodeError as error:
-        raise BertforgeError(f"{config_path}:{error.lineno}: not valid JSON ({error.msg})") from None
-    hf_class = next((name for name in architectures if name in IMPORTABLE_CLASSES), None)
-    if hf_class is None:
-        model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
-        hf_class = {"bert": "BertModel", "modernbert": "ModernBertModel"}.get(model_type or "")
-    if hf_class is None:
-        raise BertforgeError(f"{config_path}: architectures {architectures} are not supported; bertforge imports "
-                             f"{', '.join(IMPORTABLE_CLASSES)}")
+    hf_class = hf_architecture(directory)
     hf_model = getattr(transformers, hf_class).from_pretrained(str(directory), local_files_only=True)
     return from_hf(hf_model, task, num_labels=num_labels, problem_type=problem_type, label_names=label_names,
                    nsp=nsp)

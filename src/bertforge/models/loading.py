@@ -16,7 +16,7 @@ from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
 from bertforge.models.encoder import BertforgeModel
 from bertforge.models.heads import Pooler
-from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
+from bertforge.models.hf import BertforgeAny, hf_architecture, load_hf_checkpoint
 from bertforge.models.pretraining import BertforgeForPreTraining
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model
 
@@ -35,7 +35,7 @@ def load_for_task(path: str | Path, task: str, *, nsp: bool = False, num_labels:
     if is_bertforge_model_dir(path):
         source: BertforgeAny = load_bertforge_model(path)
     elif (path / "config.json").is_file():
-        source = load_hf_checkpoint(path)
+        source = _load_hf_source(path, task)
     else:
         raise BertforgeError(f"{path} is neither a bertforge model directory (bertforge_model.json) nor a Hugging "
                              "Face one (config.json); check `model.init_from`")
@@ -54,6 +54,15 @@ def load_for_task(path: str | Path, task: str, *, nsp: bool = False, num_labels:
         target = BertforgeForSequenceClassification(config, num_labels or 1, problem_type, label_names)
     _transfer(source, target)
     return target
+
+
+def _load_hf_source(path: Path, task: str) -> BertforgeAny:
+    """A bare HF `BertModel` (all-MiniLM-L6-v2 is one) still holds BERT's pooler, and `transformers`'
+    `BertForSequenceClassification.from_pretrained` starts from it; read it through a throwaway
+    one-output head so a classifier starts from the same pooler instead of a fresh one."""
+    if task == "classification" and hf_architecture(path) == "BertModel":
+        return load_hf_checkpoint(path, "classification", num_labels=1, problem_type="regression")
+    return load_hf_checkpoint(path)
 
 
 def _with_overrides(config: EncoderConfig, overrides: dict[str, object], source: str) -> EncoderConfig:

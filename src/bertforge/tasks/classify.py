@@ -166,6 +166,8 @@ class ClassificationTask(Task):
         arguments: dict[str, Any] = dict(num_labels=num_labels, problem_type=task_type, label_names=label_names,
                                          config_overrides=overrides)
         location = locate_model(reference)
+        if location.kind == "hf" and section.pooling is None:
+            hint_sentence_transformers_pooling(location.path)
         if location.kind != "checkpoint":
             return load_for_task(location.path, "classification", **arguments)
         with tempfile.TemporaryDirectory(prefix="bertforge-init-") as staging:
@@ -237,3 +239,16 @@ class ClassificationTask(Task):
                 console.print(per_class_table(report.per_class, title=f"{name}: per-class metrics"))
                 console.print(confusion_table(report.confusion, report.label_names, title=f"{name}: confusion matrix"))
         export_hf(model, tokenizer, directory)
+
+
+def hint_sentence_transformers_pooling(path: Path) -> None:
+    """Say when BERT's pooler (the default, as `BertForSequenceClassification`) is the wrong start."""
+    from bertforge.models.hf import sentence_transformers_pooling
+
+    trained = sentence_transformers_pooling(path)
+    if trained is None:
+        return
+    log.warning(f"{path} is a sentence-transformers model trained with {trained} pooling: the BERT pooler on [CLS] "
+                f"that the classifier starts from (as transformers' BertForSequenceClassification does) was not "
+                f"trained with it. model.pooling={trained} usually fine-tunes much better (see docs/guide.md); it "
+                f"exports to bertforge's format instead of BertForSequenceClassification.")
