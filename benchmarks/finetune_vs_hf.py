@@ -120,6 +120,7 @@ def run_hf(workdir: Path, train_rows: list[dict[str, str]], test_rows: list[dict
         logging_strategy="no", report_to="none", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=arguments, train_dataset=train,
                                    data_collator=transformers.DataCollatorWithPadding(tokenizer))
+    trainer.remove_callback(transformers.PrinterCallback)  # it prints the train metrics into our stdout table
     runtime = trainer.train().metrics["train_runtime"]
     predictions = trainer.predict(test)
     accuracy = float(np.mean(predictions.predictions.argmax(-1) == predictions.label_ids))

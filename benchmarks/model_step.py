@@ -15,12 +15,13 @@ a noisy neighbour on a shared machine slows all of them alike):
   many rows per step as it takes to reach the same real tokens;
 - `HF packed`: the same model fed `run_mlm.py`'s `group_texts` — the token stream cut into full
   128-token rows (no padding; attention crosses document boundaries);
-- `bertforge`: our encoder on the unpadded batch, attention within each sample, the vocabulary
-  projection only on the masked positions.
+- `bertforge`: our encoder on the unpadded batch, attention within each sample, the last layer's
+  output projection and MLP and the vocabulary projection only on the masked positions.
 
 Model-FLOPs utilisation (MFU) counts the useful work of a step — 6 x (encoder matmul parameters)
-per real token, attention within each attended span, the MLM head on masked tokens only — against
-the matmul peak measured in the same run (fp32 2048^3 on CPU; bf16 8192^3 on a GPU).
+per real token (in the last layer only keys and values for every token, the rest for masked tokens:
+nothing else reaches the loss), attention within each attended span, the MLM head on masked tokens
+only — against the matmul peak measured in the same run (fp32 2048^3 on CPU; bf16 8192^3 on a GPU).
 
     .venv/bin/python benchmarks/model_step.py            # the full measurement (CPU: ~5 minutes)
     .venv/bin/python benchmarks/model_step.py --quick    # a tiny smoke run
@@ -258,9 +259,15 @@ def matmul_peak_flops(device: torch.device) -> tuple[float, str]:
 
 
 def model_flops(step: Step, shape: Geometry) -> float:
-    """Useful training FLOPs (forward + backward = 3 x forward) of one step."""
+    """Useful training FLOPs (forward + backward = 3 x forward) of one step.
+
+    Only the masked tokens' outputs of the last layer reach the loss, so the last layer's useful work
+    is keys and values for every token and the rest (query, output projection, MLP) for the masked ones.
+    """
     hidden = shape.hidden
-    encoder = 2 * shape.layers * (4 * hidden * hidden + 2 * hidden * shape.intermediate) * step.real_tokens
+    per_token = 4 * hidden * hidden + 2 * hidden * shape.intermediate
+    last_layer = 2 * hidden * hidden * step.real_tokens + (per_token - 2 * hidden * hidden) * step.masked_tokens
+    encoder = 2 * ((shape.layers - 1) * per_token * step.real_tokens + last_layer)
     attention = 4 * shape.layers * hidden * sum(n * n for n in step.span_lengths)
     head = 2 * (hidden * hidden + hidden * shape.vocab) * step.masked_tokens
     return 3 * (encoder + attention + head)

@@ -63,6 +63,28 @@ def test_packed_sequences_equal_each_sequence_encoded_alone(variant: str) -> Non
     assert (packed - alone).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_encoding_only_some_rows_equals_slicing_the_full_output_forward_and_backward(variant: str,
+                                                                                    backend: str) -> None:
+    torch.manual_seed(0)
+    model = BertforgeModel(tiny_config(attention_backend=backend, **VARIANTS[variant])).eval()
+    batch = packed_batch([9, 2, 14, 5], seed=2)
+    packed = pack_inputs(**batch)  # type: ignore[arg-type]
+    rows = torch.tensor([20, 3, 11, 0, 3, 29])  # any order, repeats allowed
+    weights = torch.randn(rows.numel(), 32)
+    full = model.encode(packed)[rows]
+    (full * weights).sum().backward()
+    full_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    some = model.encode(packed, rows)
+    (some * weights).sum().backward()
+    assert some.shape == (6, 32)
+    assert (some - full).abs().max().item() <= 1e-5
+    for parameter, expected in zip(model.parameters(), full_grads, strict=True):
+        assert torch.allclose(parameter.grad, expected, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("use_alibi", [False, True])
 def test_sdpa_backend_matches_the_eager_reference_forward_and_backward(window: int | None, use_alibi: bool) -> None:

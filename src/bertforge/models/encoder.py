@@ -108,7 +108,8 @@ class SelfAttention(nn.Module):
         self.dropout_p = config.attention_dropout
 
     def forward(self, hidden: torch.Tensor, attention: PackedAttention,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+                rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[tokens, hidden] -> [tokens, hidden], or only the `rows` given (every token still attends)."""
         tokens = hidden.shape[0]
         query, key, value = self.qkv(hidden).view(tokens, 3, self.num_heads, self.head_dim).unbind(dim=1)
         if rotary is not None:
@@ -116,7 +117,9 @@ class SelfAttention(nn.Module):
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         context = attention.attend(query, key, value, window=self.window, alibi_slopes=self.alibi_slopes,
                                    dropout_p=self.dropout_p if self.training else 0.0)
-        return self.output(context.reshape(tokens, self.num_heads * self.head_dim))
+        if rows is not None:
+            context = context.index_select(0, rows)
+        return self.output(context.reshape(context.shape[0], self.num_heads * self.head_dim))
 
 
 class EncoderLayer(nn.Module):
@@ -132,11 +135,13 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, hidden: torch.Tensor, attention: PackedAttention,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+                rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """`rows`: compute the output of these tokens only (see `BertforgeModel.encode`)."""
+        residual = hidden if rows is None else hidden.index_select(0, rows)
         if self.pre_norm:
-            hidden = hidden + self.dropout(self.attention(self.attention_norm(hidden), attention, rotary))
+            hidden = residual + self.dropout(self.attention(self.attention_norm(hidden), attention, rotary, rows))
             return hidden + self.dropout(self.mlp(self.mlp_norm(hidden)))
-        hidden = self.attention_norm(hidden + self.dropout(self.attention(hidden, attention, rotary)))
+        hidden = self.attention_norm(residual + self.dropout(self.attention(hidden, attention, rotary, rows)))
         return self.mlp_norm(hidden + self.dropout(self.mlp(hidden)))
 
 
@@ -151,7 +156,16 @@ class BertforgeModel(SavableModel, nn.Module):
         self.final_norm = layer_norm(config) if config.norm == "pre" else None
         init_weights(self, config)
 
-    def encode(self, packed: PackedInputs) -> torch.Tensor:
+    def encode(self, packed: PackedInputs, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[tokens, hidden] final states, or only those of `rows` (token indices, in the order given).
+
+        The heads read few rows — the ~15% masked tokens for MLM, one [CLS] per sequence for a
+        classifier — and nothing else depends on the last layer's other outputs. So with `rows`, the
+        last layer still attends over every token (its keys and values are needed), but its output
+        projection, residual, norms and MLP — about 80% of a layer's FLOPs — run on those rows only:
+        on bert-base with 15% masking that skips ~5% of the encoder's work, on a 6-layer model
+        pooling [CLS] ~13%. The values are the same as slicing the full output.
+        """
         hidden = self.embeddings(packed.input_ids, packed.position_ids, packed.token_type_ids, packed.max_seqlen)
         attention = PackedAttention(packed.cu_seqlens, packed.max_seqlen, self.config.attention_backend)
         rotary_by_theta = {
@@ -159,10 +173,15 @@ class BertforgeModel(SavableModel, nn.Module):
                                                        layer.attention.rope_theta)
             for layer in self.layers if layer.attention.rope_theta is not None
         }
-        for layer in self.layers:
+        unique_rows, row_of_request = (None, None) if rows is None else torch.unique(rows, return_inverse=True)
+        last = len(self.layers) - 1
+        for index, layer in enumerate(self.layers):
             theta = layer.attention.rope_theta
-            hidden = layer(hidden, attention, rotary_by_theta[theta] if theta is not None else None)
-        return self.final_norm(hidden) if self.final_norm is not None else hidden
+            hidden = layer(hidden, attention, rotary_by_theta[theta] if theta is not None else None,
+                           unique_rows if index == last else None)
+        if self.final_norm is not None:
+            hidden = self.final_norm(hidden)
+        return hidden if row_of_request is None else hidden.index_select(0, row_of_request)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                 position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,

@@ -85,9 +85,17 @@ class SequenceHead(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
 
     def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        """Logits from every token's hidden state [tokens, hidden]."""
         if self.pooling == "mean":
-            pooled = mean_per_sequence(hidden, cu_seqlens)
-        else:
-            pooled = hidden[cu_seqlens[:-1].long()]
+            return self._classify(mean_per_sequence(hidden, cu_seqlens))
+        return self.classify_first_tokens(hidden.index_select(0, cu_seqlens[:-1].long()))
+
+    def classify_first_tokens(self, first_token_hidden: torch.Tensor) -> torch.Tensor:
+        """Logits from the [CLS] states alone [sequences, hidden] (pooler / cls pooling)."""
+        if self.pooling == "mean":
+            raise ValueError("mean pooling needs every token's hidden state; call the head itself")
+        return self._classify(first_token_hidden)
+
+    def _classify(self, pooled: torch.Tensor) -> torch.Tensor:
         pooled = self.pooler(pooled) if self.pooler is not None else self.transform(pooled)
         return self.classifier(self.dropout(pooled))

@@ -61,10 +61,15 @@ class BertforgeForPreTraining(SavableModel, nn.Module):
         `masked_positions` index the unpadded (row-major, real-token) order.
         """
         packed = pack_inputs(input_ids, cu_seqlens, max_seqlen, position_ids, token_type_ids, attention_mask)
-        hidden = self.encoder.encode(packed)
-        masked_hidden = hidden if masked_positions is None else hidden.index_select(0, masked_positions)
+        if masked_positions is None:  # logits for every token
+            masked_hidden = hidden = self.encoder.encode(packed)
+            first_hidden = hidden.index_select(0, packed.first_token_index)
+        else:  # the encoder's last layer computes only the rows the heads read
+            first = packed.first_token_index if self.nsp_head is not None else masked_positions[:0]
+            hidden = self.encoder.encode(packed, torch.cat((masked_positions, first)))
+            masked_hidden, first_hidden = hidden.split((masked_positions.numel(), first.numel()))
         mlm_logits = self.mlm_head(masked_hidden)
-        nsp_logits = self.nsp_head(hidden[packed.first_token_index]) if self.nsp_head is not None else None
+        nsp_logits = self.nsp_head(first_hidden) if self.nsp_head is not None else None
         output = PreTrainingOutput(mlm_logits, nsp_logits, num_masked=mlm_logits.shape[0])
         if masked_labels is not None:
             output.mlm_loss_sum = F.cross_entropy(mlm_logits.float(), masked_labels, reduction="sum",
