@@ -277,8 +277,9 @@ def build_feeds(args: argparse.Namespace, samples: list[list[int]], lines: list[
                 device: torch.device) -> tuple[list[Feed], Geometry]:
     import transformers
 
-    from bertforge.models import BertforgeForPreTraining, get_preset, parameter_groups
+    from bertforge.models import BertforgeForPreTraining, get_preset
     from bertforge.models.config import pad_vocab_size
+    from bertforge.train.optim import default_parameter_groups
 
     generator = torch.Generator().manual_seed(0)
     total_steps = args.warmup + args.steps
@@ -326,7 +327,7 @@ def build_feeds(args: argparse.Namespace, samples: list[list[int]], lines: list[
     ):
         torch.manual_seed(0)
         model = build().to(device).train()
-        parameters = parameter_groups(model, 0.01) if name == "bertforge" else model.parameters()
+        parameters = default_parameter_groups(model, 0.01) if name == "bertforge" else model.parameters()
         on_device = [dataclasses.replace(step, inputs=to_device(step.inputs, device)) for step in steps]
         feeds.append(Feed(name, model, make_optimizer(parameters), loss, on_device, []))
     geometry = Geometry(our_config.num_layers, our_config.hidden_size, our_config.intermediate_size,

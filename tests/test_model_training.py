@@ -12,8 +12,8 @@ from bertforge.models import (
     BertforgeForPreTraining,
     BertforgeForSequenceClassification,
     EncoderConfig,
-    parameter_groups,
 )
+from bertforge.train.optim import default_parameter_groups
 
 
 def tiny(**switches: object) -> EncoderConfig:
@@ -65,7 +65,7 @@ def test_classification_loss_honours_class_weights_and_regression_sums_squared_e
 
 def test_no_weight_decay_on_biases_and_norms_and_each_parameter_once() -> None:
     model = BertforgeForPreTraining(tiny(), nsp=True)
-    decay, no_decay = parameter_groups(model, weight_decay=0.01)
+    decay, no_decay = default_parameter_groups(model, weight_decay=0.01)
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}
     decayed = {names[id(p)] for p in decay["params"]}
@@ -98,7 +98,7 @@ def test_deep_pre_norm_stacks_scale_down_the_residual_projections() -> None:
 def test_a_few_adamw_steps_learn_a_fixed_batch(switches: dict[str, object]) -> None:
     torch.manual_seed(0)
     model = BertforgeForPreTraining(tiny(hidden_dropout=0.0, attention_dropout=0.0, **switches))
-    optimizer = torch.optim.AdamW(parameter_groups(model, 0.01), lr=3e-3)
+    optimizer = torch.optim.AdamW(default_parameter_groups(model, 0.01), lr=3e-3)
     batch = packed([12, 5, 12, 9], seed=3)
     masked_positions = torch.tensor([0, 3, 8, 13, 20, 25, 33])
     masked_labels = batch["input_ids"][masked_positions]  # type: ignore[index]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bertforge.models.classification import BertforgeForSequenceClassification, SequenceClassifierOutput
 from bertforge.models.config import EncoderConfig, encoder_config_from_section, get_preset, preset_names
 from bertforge.models.encoder import BertforgeModel, PackedInputs, pack_inputs, pad_tokens, unpad_inputs
-from bertforge.models.init import init_weights, parameter_groups
+from bertforge.models.init import init_weights
 from bertforge.models.pretraining import BertforgeForPreTraining, PreTrainingOutput
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model, save_bertforge_model
 
@@ -41,7 +41,6 @@ __all__ = [
     "load_hf_checkpoint",
     "pack_inputs",
     "pad_tokens",
-    "parameter_groups",
     "preset_names",
     "save_bertforge_model",
     "unpad_inputs",

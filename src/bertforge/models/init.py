@@ -1,4 +1,4 @@
-"""Weight initialisation and the optimizer's weight-decay groups.
+"""Weight initialisation (the optimizer's weight-decay groups are `train.optim.default_parameter_groups`).
 
 BERT's recipe: truncated normal (std 0.02, cut at two std), zero biases, unit norms. Deep pre-norm
 stacks add every layer's output onto the residual stream unnormalised, so its variance grows with
@@ -40,21 +40,3 @@ def init_weights(module: nn.Module, config: EncoderConfig) -> None:
             nn.init.ones_(child.weight)
             if child.bias is not None:
                 nn.init.zeros_(child.bias)
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
-    """Two optimizer groups: decayed matrices and embeddings; no decay on biases and norm parameters.
-
-    Tied weights appear once (in the group of their first owner).
-    """
-    norm_parameters = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
-            continue
-        if id(parameter) in norm_parameters or name.endswith("bias"):
-            no_decay.append(parameter)
-        else:
-            decay.append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

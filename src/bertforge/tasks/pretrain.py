@@ -24,7 +24,6 @@ from bertforge.models import (
     BertforgeForPreTraining,
     encoder_config_from_section,
     load_for_task,
-    parameter_groups,
 )
 from bertforge.train.task import Batch, Task, TaskData
 
@@ -81,9 +80,6 @@ class PretrainTask(Task):
         # the architecture next to the checkpoints, so `bertforge export RUN/checkpoints/step-N` rebuilds it
         save_model_description(model, Path(self.config.run.output_dir) / self.config.run.name)
         return model
-
-    def parameter_groups(self, model: nn.Module) -> list[dict[str, object]]:
-        return parameter_groups(model, self.config.optim.weight_decay)
 
     def loss_units(self, batch: Batch) -> dict[str, float]:
         units = {"masked_tokens": float(batch["masked_positions"].numel())}

@@ -24,7 +24,11 @@ NO_DECAY_HINTS = ("bias", "norm", "layernorm", "layer_norm", "ln_")
 
 
 def default_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on matrices only: never on biases, norms or 1-d parameters (BERT's recipe)."""
+    """Weight decay on matrices only: never on biases, norms or 1-d parameters (BERT's recipe).
+
+    Used for every task, ours and users'. Tied weights (the MLM decoder and the word embeddings)
+    appear once: `named_parameters` lists a shared tensor under its first name only.
+    """
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
