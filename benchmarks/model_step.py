@@ -5,7 +5,7 @@ the real length distribution of the bundled corpus: its documents tokenized with
 all-MiniLM-L6-v2 (uncased BERT) vocabulary and packed sentence by sentence into samples of up to
 128 tokens, as `prepare pretrain` does — most samples near full length, documents' tails shorter.
 
-Three feeds of the same real tokens per step, measured round-robin (one step of each in turn, so
+Four feeds of the same real tokens per step, measured round-robin (one step of each in turn, so
 a noisy neighbour on a shared machine slows all of them alike):
 
 - `HF padded`: `BertForMaskedLM` (SDPA attention) with every sentence-packed sample padded to 128
@@ -23,7 +23,7 @@ per real token (in the last layer only keys and values for every token, the rest
 nothing else reaches the loss), attention within each attended span, the MLM head on masked tokens
 only — against the matmul peak measured in the same run (fp32 2048^3 on CPU; bf16 8192^3 on a GPU).
 
-    .venv/bin/python benchmarks/model_step.py            # the full measurement (CPU: ~5 minutes)
+    .venv/bin/python benchmarks/model_step.py            # the full measurement (CPU: ~10 minutes)
     .venv/bin/python benchmarks/model_step.py --quick    # a tiny smoke run
     .venv/bin/python benchmarks/model_step.py --device cuda   # bf16 autocast, flash-attn if installed
 """
