@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bertforge.config import load_config
+from bertforge.errors import ConfigError
 from bertforge.train.logging import MetricsLogger
 
 
@@ -20,17 +23,44 @@ def test_weights_and_biases_offline_run_receives_the_metrics(tmp_path: Path, mon
     logger.write(1, "train", {"loss": 4.5, "lr": 1e-3})
     logger.write(2, "validation", {"mlm_accuracy": 0.25})
     logger.close()
-    runs = list((tmp_path / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    summary = json.loads((runs[0] / "files" / "wandb-summary.json").read_text())
-    assert summary["train/loss"] == 4.5 and summary["validation/mlm_accuracy"] == 0.25
-    assert list(runs[0].glob("*.wandb"))  # the run's event log, for `wandb sync`
+    (log_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")  # what `wandb sync` uploads
+    history = wandb_history(log_file)
+    assert {"train/loss": 4.5, "train/lr": 1e-3, "_step": 1}.items() <= history[0].items()
+    assert {"validation/mlm_accuracy": 0.25, "_step": 2}.items() <= history[1].items()
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def wandb_history(path: Path) -> list[dict[str, Any]]:
+    """The history rows of an offline W&B run file (`wandb` ships no Python reader for it any more).
+
+    The file is a 7-byte header (":W&B", magic, version), then LevelDB-log records — 32 KiB blocks,
+    each record fragment a 7-byte header (crc32, length, type: 1 full, 2 first, 3 middle, 4 last) —
+    each record a `wandb_internal_pb2.Record`.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, offset, pending, rows = path.read_bytes(), 32 * 1024, 7, b"", []
+    assert data.startswith(b":W&B")
+    while offset + 7 <= len(data):
+        if block - offset % block < 7:  # too little room for a header: the rest of the block is padding
+            offset += block - offset % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[offset:offset + 7])
+        pending += data[offset + 7:offset + 7 + length]
+        offset += 7 + length
+        if kind in (1, 4):  # a whole record, or the last fragment of one
+            record = wandb_internal_pb2.Record.FromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows
 
 
 def test_mlflow_run_receives_the_metrics_and_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mlflow = pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow-skinny has no SQL store
     config = load_config(None, ["run.name=tracked", "log.tensorboard=false", "log.mlflow_experiment=bertforge-tests"])
     (tmp_path / "run").mkdir()
     logger = MetricsLogger(tmp_path / "run", config, enabled=True)
@@ -45,3 +75,13 @@ def test_mlflow_run_receives_the_metrics_and_the_config(tmp_path: Path, monkeypa
     artifact = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="config.yaml",
                                                         dst_path=str(tmp_path / "downloaded")))
     assert "tracked" in artifact.read_text()
+
+
+def test_a_tracker_that_cannot_start_is_a_one_line_config_error(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://tracking")
+    config = load_config(None, ["log.tensorboard=false", "log.mlflow_experiment=bertforge-tests"])
+    with pytest.raises(ConfigError, match=r"^log.mlflow_experiment: MLflow did not start \(.*\); check") as caught:
+        MetricsLogger(tmp_path, config, enabled=True)
+    assert "\n" not in str(caught.value)
