@@ -214,3 +214,35 @@ def test_classic_gradients_match_transformers() -> None:
         assert got is not None, name
         relative = ((got - expected).norm() / expected.norm()).item()
         assert relative <= 1e-4, f"{name}: relative gradient difference {relative:.2e}"
+
+
+def test_minilm_classifier_training_steps_match_transformers(minilm_dir: Path) -> None:
+    """Fine-tuning with the same start, batches and optimizer follows HF's loss curve (dropout off)."""
+    from bertforge.models.loading import load_for_task
+    from bertforge.train.optim import default_parameter_groups
+
+    torch.manual_seed(3)
+    no_dropout = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    ours = load_for_task(minilm_dir, "classification", num_labels=45, config_overrides=no_dropout).train()
+    hf_model = transformers.BertForSequenceClassification.from_pretrained(
+        str(minilm_dir), num_labels=45, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa").train()
+    hf_model.classifier.load_state_dict(ours.head.classifier.state_dict())  # the only freshly drawn weights
+    with gzip.open(supersense_path("train"), "rt", encoding="utf-8") as handle:
+        rows = [json.loads(line) for _, line in zip(range(96), handle, strict=False)]
+    labels = sorted({row["label"] for row in rows})
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
+    optimizers = [torch.optim.AdamW(default_parameter_groups(m, 0.01), lr=2e-4) for m in (ours, hf_model)]
+    for step in range(6):
+        batch_rows = rows[step * 16:(step + 1) * 16]
+        batch = tokenizer([r["text"] for r in batch_rows], padding=True, return_tensors="pt")
+        targets = torch.tensor([labels.index(r["label"]) for r in batch_rows])
+        hf_loss = hf_model(**batch, labels=targets).loss
+        our_loss = ours(batch["input_ids"], attention_mask=batch["attention_mask"],
+                        token_type_ids=batch["token_type_ids"], labels=targets).loss_sum / len(batch_rows)
+        assert abs(our_loss.item() - hf_loss.item()) <= 1e-4, step
+        for model, loss, optimizer in zip((ours, hf_model), (our_loss, hf_loss), optimizers, strict=True):
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
