@@ -23,9 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.inference import quiet_transformers
     from bertforge.tasks.pretrain import PretrainTask
     from bertforge.train.trainer import Trainer
 
+    quiet_transformers()  # no "Loading weights" / "Writing model shards" bars among ours
     config = resolve_config(args)
     if config is None:
         return 0

@@ -30,7 +30,10 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from bertforge.errors import BertforgeError
+    from bertforge.inference import quiet_transformers
     from bertforge.quickstart import QuickstartPlan, run_quickstart
+
+    quiet_transformers()
 
     changes: dict[str, object] = {"out_dir": Path(args.out)}
     for field, value in (("pretrain_steps", args.pretrain_steps), ("train_rows", args.train_rows),
