@@ -56,10 +56,9 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
                 attention_mask: torch.Tensor | None = None, num_samples: int | None = None) -> SequenceClassifierOutput:
         """The unpadded batch's fields, or a padded layout with `attention_mask` (`num_samples` is unused)."""
         packed = pack_inputs(input_ids, cu_seqlens, max_seqlen, position_ids, token_type_ids, attention_mask)
-        if self.config.pooling == "mean":
-            logits = self.head(self.encoder.encode(packed), packed.cu_seqlens)
-        else:  # the head reads [CLS] only: the encoder's last layer computes just those rows
-            logits = self.head.classify_first_tokens(self.encoder.encode(packed, packed.first_token_index))
+        # the encoder's last layer computes only the rows the head reads ([CLS] unless mean pooling)
+        hidden = self.encoder.encode(packed, self.head.input_rows(packed.cu_seqlens))
+        logits = self.head(hidden, packed.cu_seqlens)
         output = SequenceClassifierOutput(logits)
         if labels is None:
             return output

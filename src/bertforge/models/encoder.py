@@ -173,15 +173,12 @@ class BertforgeModel(SavableModel, nn.Module):
                                                        layer.attention.rope_theta)
             for layer in self.layers if layer.attention.rope_theta is not None
         }
-        unique_rows, row_of_request = (None, None) if rows is None else torch.unique(rows, return_inverse=True)
         last = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             theta = layer.attention.rope_theta
             hidden = layer(hidden, attention, rotary_by_theta[theta] if theta is not None else None,
-                           unique_rows if index == last else None)
-        if self.final_norm is not None:
-            hidden = self.final_norm(hidden)
-        return hidden if row_of_request is None else hidden.index_select(0, row_of_request)
+                           rows if index == last else None)
+        return self.final_norm(hidden) if self.final_norm is not None else hidden
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                 position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,

@@ -84,18 +84,13 @@ class SequenceHead(nn.Module):
         self.dropout = nn.Dropout(config.effective_classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
 
+    def input_rows(self, cu_seqlens: torch.Tensor) -> torch.Tensor | None:
+        """The tokens whose final states the head reads: each sequence's [CLS], or all (None) for mean pooling."""
+        return None if self.pooling == "mean" else cu_seqlens[:-1].long()
+
     def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        """Logits from every token's hidden state [tokens, hidden]."""
-        if self.pooling == "mean":
-            return self._classify(mean_per_sequence(hidden, cu_seqlens))
-        return self.classify_first_tokens(hidden.index_select(0, cu_seqlens[:-1].long()))
-
-    def classify_first_tokens(self, first_token_hidden: torch.Tensor) -> torch.Tensor:
-        """Logits from the [CLS] states alone [sequences, hidden] (pooler / cls pooling)."""
-        if self.pooling == "mean":
-            raise ValueError("mean pooling needs every token's hidden state; call the head itself")
-        return self._classify(first_token_hidden)
-
-    def _classify(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits from the states of `input_rows`: every token's [tokens, hidden] for mean pooling, else
+        the [CLS] states [sequences, hidden]."""
+        pooled = mean_per_sequence(hidden, cu_seqlens) if self.pooling == "mean" else hidden
         pooled = self.pooler(pooled) if self.pooler is not None else self.transform(pooled)
         return self.classifier(self.dropout(pooled))

@@ -64,10 +64,11 @@ class BertforgeForPreTraining(SavableModel, nn.Module):
         if masked_positions is None:  # logits for every token
             masked_hidden = hidden = self.encoder.encode(packed)
             first_hidden = hidden.index_select(0, packed.first_token_index)
-        else:  # the encoder's last layer computes only the rows the heads read
-            first = packed.first_token_index if self.nsp_head is not None else masked_positions[:0]
-            hidden = self.encoder.encode(packed, torch.cat((masked_positions, first)))
-            masked_hidden, first_hidden = hidden.split((masked_positions.numel(), first.numel()))
+        else:  # the encoder's last layer computes only the rows the heads read: masked tokens, [CLS] for NSP
+            rows = masked_positions if self.nsp_head is None else torch.cat((masked_positions,
+                                                                            packed.first_token_index))
+            hidden = self.encoder.encode(packed, rows)
+            masked_hidden, first_hidden = hidden[:masked_positions.numel()], hidden[masked_positions.numel():]
         mlm_logits = self.mlm_head(masked_hidden)
         nsp_logits = self.nsp_head(first_hidden) if self.nsp_head is not None else None
         output = PreTrainingOutput(mlm_logits, nsp_logits, num_masked=mlm_logits.shape[0])

@@ -20,11 +20,7 @@ from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
 from bertforge.errors import ConfigError
-from bertforge.models import (
-    BertforgeForPreTraining,
-    encoder_config_from_section,
-    load_for_task,
-)
+from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task
 from bertforge.train.task import Batch, Task, TaskData
 
 MODEL_INPUTS = ("input_ids", "cu_seqlens", "max_seqlen", "position_ids", "token_type_ids", "masked_positions",
@@ -135,10 +131,11 @@ class PretrainTask(Task):
 
 def unigram_baseline(batches: Iterable[Batch]) -> float:
     """MLM accuracy of always predicting the most frequent masked token: the bar to beat."""
-    labels = torch.cat([batch["masked_labels"] for batch in batches] or [torch.zeros(0, dtype=torch.long)])
-    if labels.numel() == 0:
+    labels = [batch["masked_labels"] for batch in batches]
+    if not labels or sum(label.numel() for label in labels) == 0:
         return 0.0
-    return float(torch.bincount(labels).max()) / max(labels.numel(), 1)
+    counts = torch.bincount(torch.cat(labels))
+    return float(counts.max()) / float(counts.sum())
 
 
 def _first_samples(loader: Iterable[Batch], limit: int | None) -> list[Batch]:
