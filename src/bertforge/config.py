@@ -19,7 +19,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, first_line
 
 # ---------------------------------------------------------------------------------------------
 # validation helpers used by the sections' __post_init__
@@ -334,9 +334,9 @@ def _friendly(error: OmegaConfBaseException, source: str, layer: Any = None) -> 
         hint = f" — did you mean `{suggestion}`?" if suggestion else " — run with --print-config to see all keys"
         return ConfigError(f"unknown key `{key}` in {source}{hint}")
     if isinstance(error, ValidationError):
-        message = str(error).splitlines()[0]
+        message = first_line(error)
         return ConfigError(f"config key `{key}` in {source}: {message}")
-    return ConfigError(f"invalid config in {source}: {str(error).splitlines()[0]}")
+    return ConfigError(f"invalid config in {source}: {first_line(error)}")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -396,7 +396,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         try:
             layer = OmegaConf.from_dotlist([override])
         except OmegaConfBaseException as error:
-            raise ConfigError(f"override {override!r} could not be parsed: {str(error).splitlines()[0]}") from None
+            raise ConfigError(f"override {override!r} could not be parsed: {first_line(error)}") from None
         merged = _merge(merged, layer, f"override {override!r}")
     try:
         config = OmegaConf.to_object(merged)

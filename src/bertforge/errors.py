@@ -27,6 +27,12 @@ class DataError(BertforgeError):
     """Unreadable or invalid input data: a missing column, a corrupt shard, a bad label."""
 
 
+def first_line(error: BaseException) -> str:
+    """A library exception's message cut to its first line (its class name when it has none), for our one-line errors."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def location(path: object, line: int | None = None) -> str:
     """Format `path:line` for error messages (line numbers are 1-based)."""
     return f"{path}:{line}" if line is not None else str(path)

@@ -41,7 +41,7 @@ import torch
 from rich.progress import Progress
 
 from bertforge.console import console, progress_enabled
-from bertforge.errors import ConfigError, DataError
+from bertforge.errors import ConfigError, DataError, first_line
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -235,13 +235,11 @@ def _load_hub_dataset(name: str, config: str | None, split: str, source: str) ->
     try:
         return datasets.load_dataset(name, config, split=split)
     except (ValueError, KeyError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise DataError(f"{source}: could not load split {split!r} with datasets.load_dataset ({message}); "
+        raise DataError(f"{source}: could not load split {split!r} with datasets.load_dataset ({first_line(error)}); "
                         f"check the dataset name, config and split ({HUB_PREFIX}NAME[:CONFIG][@SPLIT])") from None
     except Exception as error:  # network, hub and file-pattern errors have no common base class
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DataError(f"{source}: could not load it with datasets.load_dataset ({type(error).__name__}: "
-                        f"{message}); check the name and your network, or give a local file") from None
+                        f"{first_line(error)}); check the name and your network, or give a local file") from None
 
 
 def read_records(source: str | Path, *, split: str = "train", delimiter: str | None = None,

@@ -30,7 +30,7 @@ from typing import IO, Any
 import fsspec
 
 from bertforge.console import log
-from bertforge.errors import DataError, location
+from bertforge.errors import DataError, first_line, location
 
 TEXT_SUFFIXES = (".txt", ".text")
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -385,7 +385,7 @@ def _read_hf_hub(source: Source, text_field: str, on_bytes: ProgressCallback | N
     try:
         loaded = datasets.load_dataset(source.url, source.hub_config, split=source.hub_split)
     except Exception as error:  # datasets raises many types (offline, missing config, missing split)
-        raise DataError(f"hf:{source.url}: datasets.load_dataset failed: {str(error).splitlines()[0]}") from None
+        raise DataError(f"hf:{source.url}: datasets.load_dataset failed: {first_line(error)}") from None
     yield from _hf_rows(loaded, text_field, source)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertforge.console import log
-from bertforge.errors import DataError
+from bertforge.errors import DataError, first_line
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 VOCAB_MULTIPLE = 64
@@ -220,7 +220,7 @@ def load_tokenizer(path: str | Path) -> LoadedTokenizer:
             hf = AutoTokenizer.from_pretrained(str(directory))
         except Exception as error:  # transformers raises many types for a directory it cannot use
             raise DataError(f"tokenizer {directory}: transformers could not load it "
-                            f"({str(error).splitlines()[0]})") from None
+                            f"({first_line(error)})") from None
         if not getattr(hf, "is_fast", False):
             raise DataError(f"tokenizer {directory}: only fast (Rust) tokenizers are supported")
         tokenizer = hf.backend_tokenizer

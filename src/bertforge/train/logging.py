@@ -22,7 +22,7 @@ from rich.progress import (
 
 from bertforge.config import Config, config_to_yaml
 from bertforge.console import console, log, progress_enabled
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, first_line
 
 
 class MetricsLogger:
@@ -48,7 +48,7 @@ class MetricsLogger:
             except ImportError:
                 log.warning("log.wandb_project is set but wandb is not installed (pip install wandb); skipping W&B")
             except Exception as error:  # not logged in, no network, a bad setting: say so in one line
-                raise ConfigError(f"log.wandb_project: W&B did not start ({_first_line(error)}); run `wandb login`, "
+                raise ConfigError(f"log.wandb_project: W&B did not start ({first_line(error)}); run `wandb login`, "
                                   "set WANDB_MODE=offline, or unset log.wandb_project") from None
         if config.log.mlflow_experiment:
             try:
@@ -60,7 +60,7 @@ class MetricsLogger:
             except ImportError:
                 log.warning("log.mlflow_experiment is set but mlflow is not installed (pip install mlflow); skipping")
             except Exception as error:
-                raise ConfigError(f"log.mlflow_experiment: MLflow did not start ({_first_line(error)}); check "
+                raise ConfigError(f"log.mlflow_experiment: MLflow did not start ({first_line(error)}); check "
                                   "MLFLOW_TRACKING_URI, or unset log.mlflow_experiment") from None
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
@@ -126,8 +126,3 @@ def _format(key: str, value: float) -> str:
     if key.endswith("per_s"):
         return f"{key.replace('_per_s', '/s')} {value:,.0f}"
     return f"{key} {value:.4f}"
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:300]
