@@ -76,7 +76,8 @@ def run_bertforge(workdir: Path, train: Path, test: Path, labels: list[str], see
     from bertforge.train.trainer import Trainer
 
     config = load_config(None, [
-        f"run.output_dir={workdir}", f"run.name=bertforge-{pooling}-seed{seed}", f"model.pooling={pooling}", f"run.seed={seed}", "run.device=cpu",
+        f"run.output_dir={workdir}", f"run.name=bertforge-{pooling}-seed{seed}", f"run.seed={seed}", "run.device=cpu",
+        f"model.pooling={pooling}",
         f"model.init_from={model_dir}", f"finetune.train_file={train}", f"finetune.test_file={test}",
         f"finetune.labels=[{','.join(labels)}]", f"finetune.max_length={MAX_LENGTH}", "optim.name=adamw",
         f"optim.lr={LR}", f"optim.weight_decay={WEIGHT_DECAY}", "optim.betas=[0.9,0.999]", "optim.eps=1e-8",

@@ -85,18 +85,30 @@ def raw_minilm_tokenizer() -> Any:
     return tokenizer
 
 
-def corpus_samples(seq_len: int = 128, max_documents: int | None = None) -> list[list[int]]:
-    """Token ids of [CLS] sentences... [SEP] samples: whole lines added while they fit, per document."""
-    tokenizer = raw_minilm_tokenizer()
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    budget = seq_len - 2
-    samples: list[list[int]] = []
+def encoded_documents(max_documents: int | None = None) -> list[list[list[int]]]:
+    """The bundled corpus tokenized once: per document, each line's ids (no special tokens)."""
     from bertforge.data.bundled import corpus_path
 
-    for document in corpus_documents(corpus_path(), max_documents):
+    tokenizer = raw_minilm_tokenizer()
+    return [[encoding.ids for encoding in tokenizer.encode_batch(document, add_special_tokens=False)]
+            for document in corpus_documents(corpus_path(), max_documents)]
+
+
+def special_ids() -> tuple[int, int]:
+    tokenizer = raw_minilm_tokenizer()
+    return tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+
+
+def corpus_samples(seq_len: int = 128, max_documents: int | None = None,
+                   documents: list[list[list[int]]] | None = None) -> list[list[int]]:
+    """Token ids of [CLS] sentences... [SEP] samples: whole lines added while they fit, per document."""
+    cls_id, sep_id = special_ids()
+    budget = seq_len - 2
+    samples: list[list[int]] = []
+    for document in documents if documents is not None else encoded_documents(max_documents):
         current: list[int] = []
-        for encoding in tokenizer.encode_batch(document, add_special_tokens=False):
-            ids = encoding.ids[:budget]  # a line longer than a sample is truncated
+        for line in document:
+            ids = line[:budget]  # a line longer than a sample is truncated
             if current and len(current) + len(ids) > budget:
                 samples.append([cls_id, *current, sep_id])
                 current = []
@@ -106,17 +118,10 @@ def corpus_samples(seq_len: int = 128, max_documents: int | None = None) -> list
     return samples
 
 
-def corpus_lines(seq_len: int = 128, max_documents: int | None = None) -> list[list[int]]:
+def corpus_lines(seq_len: int, documents: list[list[list[int]]]) -> list[list[int]]:
     """[CLS] line [SEP] per corpus line, truncated to seq_len: one text row per sample, as the seeds do."""
-    tokenizer = raw_minilm_tokenizer()
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    lines: list[list[int]] = []
-    from bertforge.data.bundled import corpus_path
-
-    for document in corpus_documents(corpus_path(), max_documents):
-        for encoding in tokenizer.encode_batch(document, add_special_tokens=False):
-            lines.append([cls_id, *encoding.ids[:seq_len - 2], sep_id])
-    return lines
+    cls_id, sep_id = special_ids()
+    return [[cls_id, *line[:seq_len - 2], sep_id] for document in documents for line in document]
 
 
 def length_summary(samples: list[list[int]], seq_len: int) -> dict[str, float]:
@@ -355,9 +360,10 @@ def main() -> None:
     autocast = device.type == "cuda"
 
     peak, peak_kind = matmul_peak_flops(device)
-    samples = corpus_samples(args.seq_len, args.max_documents)
+    documents = encoded_documents(args.max_documents)
+    samples = corpus_samples(args.seq_len, documents=documents)
     summary = length_summary(samples, args.seq_len)
-    lines = corpus_lines(args.seq_len, args.max_documents)
+    lines = corpus_lines(args.seq_len, documents)
     feeds, geometry = build_feeds(args, samples, lines, device)
     for _ in range(args.warmup + args.steps):
         for feed in feeds:

@@ -15,7 +15,7 @@ import pytest
 import torch
 import transformers
 
-from bertforge.data.bundled import supersense_path
+from bertforge.data.bundled import supersense_lines, supersense_path
 from bertforge.models import BertforgeForPreTraining, BertforgeForSequenceClassification, BertforgeModel
 from bertforge.models.hf import export_hf, from_hf, load_hf_checkpoint
 
@@ -228,8 +228,7 @@ def test_minilm_classifier_training_steps_match_transformers(minilm_dir: Path) -
         str(minilm_dir), num_labels=45, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         attn_implementation="sdpa").train()
     hf_model.classifier.load_state_dict(ours.head.classifier.state_dict())  # the only freshly drawn weights
-    with gzip.open(supersense_path("train"), "rt", encoding="utf-8") as handle:
-        rows = [json.loads(line) for _, line in zip(range(96), handle, strict=False)]
+    rows = [json.loads(line) for line in supersense_lines("train", 96)]
     labels = sorted({row["label"] for row in rows})
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
     optimizers = [torch.optim.AdamW(default_parameter_groups(m, 0.01), lr=2e-4) for m in (ours, hf_model)]
