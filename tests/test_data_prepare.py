@@ -87,6 +87,24 @@ def test_random_access_equals_a_sequential_read_of_the_shards(prepared: Path) ->
     assert all(len(s) <= 128 and s[0] == 2 and s[-1] == 3 for s in sequential)
 
 
+def test_line_by_line_gives_one_sample_per_line_with_exactly_the_lines_tokens(corpus_slice: Path,
+                                                                             tokenizer_dir: Path, tmp_path: Path) -> None:
+    settings = PrepareSettings(line_by_line=True, split=(1,))
+    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, tmp_path / "lines", settings, workers=0,
+                             progress=False)
+    dataset = PretokenizedDataset(tmp_path / "lines", "train")
+    tokenizer = load_tokenizer(tokenizer_dir)
+    lines = [line for line in corpus_slice.read_text(encoding="utf-8").splitlines() if line.strip()]
+    expected = []
+    for encoding in tokenizer.tokenizer.encode_batch(lines, add_special_tokens=False):
+        ids = encoding.ids
+        expected.extend([tokenizer.cls_id, *ids[i:i + 126], tokenizer.sep_id] for i in range(0, len(ids), 126))
+    assert len(dataset) == len(expected) > len(lines) // 2
+    assert all(dataset[i].tolist() == expected[i] for i in range(len(dataset)))
+    with pytest.raises(DataError, match="--nsp and --line-by-line"):
+        PrepareSettings(line_by_line=True, nsp=True)
+
+
 def test_split_is_by_contiguous_documents_with_megatron_rounding() -> None:
     assert split_boundaries([980, 20], 1000) == [0, 980, 1000, 1000]
     assert split_boundaries([969, 30, 1], 1000) == [0, 969, 999, 1000]

@@ -59,6 +59,21 @@ def test_mlm_samples_pack_whole_sentences_of_one_document_and_lose_no_token() ->
     assert full >= len(samples) - documents.num_documents
 
 
+def test_line_by_line_samples_are_one_line_each_and_a_long_line_is_cut_not_truncated() -> None:
+    documents = synthetic_documents()
+    settings = SampleSettings(seq_len=20, line_by_line=True, short_seq_prob=0.5)  # a line is a line
+    built = build_samples(documents, 3, 40, settings, cls_id=CLS, sep_id=SEP, stream_seed=0)
+    starts = np.concatenate([[0], np.cumsum(documents.sentence_lengths)])
+    sentence_range = np.cumsum(np.concatenate([[0], documents.document_sentences]))[[3, 40]]
+    expected = []
+    for sentence in range(*sentence_range):
+        line = documents.tokens[starts[sentence]:starts[sentence + 1]].astype(np.int64)
+        expected.extend(np.concatenate([[CLS], line[i:i + 18], [SEP]]) for i in range(0, len(line), 18))
+    samples = samples_of(built)
+    assert len(samples) == len(expected) > documents.document_sentences[3:40].sum()  # some lines were cut
+    assert all(np.array_equal(got, want) for got, want in zip(samples, expected, strict=True))
+
+
 def test_short_seq_prob_makes_some_samples_shorter() -> None:
     documents = synthetic_documents()
     lengths = {p: np.diff(build_samples(documents, 0, documents.num_documents, SampleSettings(seq_len=256,
@@ -109,6 +124,17 @@ def test_sentences_are_split_at_line_breaks_and_sentence_ends() -> None:
     text = 'He said "Go." Then left!\nNew line here. e.g. lower case stays. 3 items? Yes.'
     assert split_sentences(text) == ['He said "Go."', "Then left!", "New line here. e.g. lower case stays.",
                                      "3 items?", "Yes."]
+
+
+def test_line_by_line_tokenization_ends_sentences_at_line_breaks_only() -> None:
+    text = 'He said "Go." Then left!\nNew line here. 3 items? Yes.'
+    tokenizer: Tokenizer = train_wordpiece([text], vocab_size=200)
+    sep = tokenizer.token_to_id("[SEP]")
+    lines = tokenize_documents([text], tokenizer, sep_id=sep, drop_ids=[], dtype=np.dtype(np.uint16),
+                               within_lines=False)
+    assert lines.sentence_lengths.tolist() == [len(tokenizer.encode(line, add_special_tokens=False).ids)
+                                               for line in text.split("\n")]
+    assert lines.tokens.tolist() == tokenizer.encode(text.replace("\n", " "), add_special_tokens=False).ids
 
 
 @pytest.fixture(scope="module")

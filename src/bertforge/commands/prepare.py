@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pretrain = add_command(
         commands, "pretrain", help="MLM (and NSP) samples, tokenized in parallel, in memory-mapped shards",
         description="Tokenize documents in parallel worker processes, split them into sentences and build "
-                    "pre-training samples (packed MLM sequences, or NSP sentence pairs with --nsp), written as "
+                    "pre-training samples (packed MLM sequences, one line per sample with --line-by-line, or NSP "
+                    "sentence pairs with --nsp), written as "
                     "memory-mapped shards with a manifest (index.json: format version, tokenizer fingerprint, "
                     "counts, sha256 per file). Documents are split into train/validation[/test] by contiguous "
                     "ranges (Megatron's --split). Running again with the same inputs, tokenizer and settings "
@@ -30,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pretrain.add_argument("--out", required=True, help="output directory or fsspec URL")
     pretrain.add_argument("--seq-len", type=int, default=128, help="tokens per sample incl. [CLS]/[SEP] (default 128)")
     pretrain.add_argument("--nsp", action="store_true", help="build sentence pairs with next-sentence labels")
+    pretrain.add_argument("--line-by-line", action="store_true",
+                          help="one sample per line (run_mlm.py's --line_by_line; a longer line is cut into several) "
+                               "instead of packing a document's sentences up to --seq-len")
     pretrain.add_argument("--split", default="980,20",
                           help="train,validation[,test] weights over documents (default 980,20)")
     pretrain.add_argument("--short-seq-prob", type=float, default=0.1,
@@ -46,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_pretrain(args: argparse.Namespace) -> int:
     from bertforge.data.prepare import PrepareSettings, parse_split, prepare_pretraining_data
 
-    settings = PrepareSettings(seq_len=args.seq_len, nsp=args.nsp, short_seq_prob=args.short_seq_prob,
+    settings = PrepareSettings(seq_len=args.seq_len, nsp=args.nsp, line_by_line=args.line_by_line,
+                               short_seq_prob=args.short_seq_prob,
                                split=parse_split(args.split), seed=args.seed, text_field=args.text_field,
                                chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))))
     prepare_pretraining_data(args.input, args.tokenizer, args.out, settings, workers=args.workers)

@@ -65,6 +65,7 @@ class PrepareSettings:
 
     seq_len: int = 128  # tokens per sample, [CLS]/[SEP] included
     nsp: bool = False  # sentence pairs with next-sentence labels instead of packed sequences
+    line_by_line: bool = False  # every line is one sample (run_mlm.py's --line_by_line), not packed
     short_seq_prob: float = 0.1  # probability that a sample's target length is drawn shorter (BERT: 0.1)
     split: tuple[float, ...] = (980.0, 20.0)  # train,validation[,test] weights over documents (Megatron)
     seed: int = 12345  # seeds sample construction (NSP cuts and negatives, short lengths)
@@ -74,6 +75,9 @@ class PrepareSettings:
     def __post_init__(self) -> None:
         if not 8 <= self.seq_len <= 1 << 15:
             raise DataError(f"--seq-len {self.seq_len} must be in [8, 32768] (BERT uses 128 and 512)")
+        if self.nsp and self.line_by_line:
+            raise DataError("--nsp and --line-by-line cannot be combined: NSP pairs are cut from consecutive "
+                            "sentences; choose one")
         if not 0.0 <= self.short_seq_prob < 1.0:
             raise DataError(f"--short-seq-prob {self.short_seq_prob} must be in [0, 1)")
         if not 1 <= len(self.split) <= 3 or any(w < 0 for w in self.split) or sum(self.split) <= 0:
@@ -123,12 +127,13 @@ def _tokenizer_in_worker(tokenizer_path: str) -> LoadedTokenizer:
     return _worker_tokenizer
 
 
-def _tokenize_chunk(tokenizer_path: str, texts: list[str], staged: str) -> int:
+def _tokenize_chunk(tokenizer_path: str, texts: list[str], staged: str, within_lines: bool) -> int:
     """Stage 1 task: tokenize one chunk of documents into a staging file; returns the token count."""
     tokenizer = _tokenizer_in_worker(tokenizer_path)
     documents = tokenize_documents(texts, tokenizer.tokenizer, sep_id=tokenizer.sep_id,
                                    drop_ids=[tokenizer.cls_id, tokenizer.pad_id, tokenizer.mask_id],
-                                   dtype=token_dtype_for(tokenizer.vocab_size), word_cache=_worker_word_cache)
+                                   dtype=token_dtype_for(tokenizer.vocab_size), word_cache=_worker_word_cache,
+                                   within_lines=within_lines)
     _save_staged(Path(staged), documents)
     return int(documents.tokens.size)
 
@@ -386,7 +391,8 @@ def _tokenize_stage(runner: _TaskRunner, sources: Sequence[Any], settings: Prepa
             if staged.is_file():
                 bar.counted(len(texts), 0)
                 continue  # tokenized by an interrupted run with the same inputs and settings
-            for count, tokens in runner.submit(len(texts), _tokenize_chunk, tokenizer_path, texts, str(staged)):
+            for count, tokens in runner.submit(len(texts), _tokenize_chunk, tokenizer_path, texts, str(staged),
+                                               not settings.line_by_line):
                 bar.counted(count, tokens)
         for count, tokens in runner.drain():
             bar.counted(count, tokens)
@@ -399,7 +405,7 @@ def _build_stage(runner: _TaskRunner, chunk_documents: list[int], settings: Prep
                  staging: Path, shard_dir: Path, build_name: str) -> dict[str, Any]:
     total_documents = sum(chunk_documents)
     bounds = split_boundaries(settings.split, total_documents)
-    sample_settings = SampleSettings(seq_len=settings.seq_len, nsp=settings.nsp,
+    sample_settings = SampleSettings(seq_len=settings.seq_len, nsp=settings.nsp, line_by_line=settings.line_by_line,
                                      short_seq_prob=settings.short_seq_prob, seed=settings.seed)
     pieces: list[_Piece] = []
     chunk_start = 0

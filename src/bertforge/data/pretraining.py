@@ -12,6 +12,12 @@ random B (Hugging Face's convention: 0 means "B continues A"). An over-long pair
 the longer segment first, half the cut from its front and half from its back (BERT trims token
 by token with a coin flip per token; the expected cut is the same).
 
+Line-by-line samples (`line_by_line=True`, Hugging Face `run_mlm.py`'s `--line_by_line`, and how
+the Union/Flyte example feeds its model) are one line each, `[CLS] line [SEP]`; the tokenizer then
+marks line ends only, not sentence ends inside a line. A line longer than a sample is cut into
+several samples rather than truncated, so no token is thrown away. The loader still packs these
+short samples into full rows without padding; only what the model attends over changes.
+
 With `short_seq_prob` a sample's target length is drawn uniformly from [2, max] instead, so the
 model also sees short inputs (BERT's default 0.1).
 
@@ -36,7 +42,8 @@ NEGATIVE_DRAW_ATTEMPTS = 10
 class SampleSettings:
     seq_len: int = 128
     nsp: bool = False
-    short_seq_prob: float = 0.0
+    line_by_line: bool = False
+    short_seq_prob: float = 0.0  # packed sequences and NSP pairs; a line is a line
     seed: int = 12345
 
 
@@ -79,6 +86,8 @@ def build_samples(documents: TokenizedDocuments, first: int, last: int, settings
     ranges = _Ranges()
     if settings.nsp:
         _nsp_pairs(ranges, sentence_starts, document_starts, first, last, settings, rng)
+    elif settings.line_by_line:
+        _line_samples(ranges, sentence_starts, document_starts[first], document_starts[last], settings.seq_len - 2)
     else:
         _packed_sequences(ranges, sentence_starts, document_starts, first, last, settings, rng)
     return _assemble(documents.tokens, ranges, settings.nsp, cls_id, sep_id)
@@ -115,6 +124,15 @@ def _packed_sequences(ranges: _Ranges, sentence_starts: list[int], document_star
                 target = _target_length(rng, max_tokens, settings.short_seq_prob)
         if length:
             emit(start, length)
+
+
+def _line_samples(ranges: _Ranges, sentence_starts: list[int], first_sentence: int, end_sentence: int,
+                  max_tokens: int) -> None:
+    for sentence in range(first_sentence, end_sentence):
+        start, end = sentence_starts[sentence], sentence_starts[sentence + 1]
+        for piece_start in range(start, end, max_tokens):
+            ranges.a_start.append(piece_start)
+            ranges.a_length.append(min(max_tokens, end - piece_start))
 
 
 def _nsp_pairs(ranges: _Ranges, sentence_starts: list[int], document_starts: list[int], first: int, last: int,

@@ -61,9 +61,14 @@ class TokenizedDocuments:
         return len(self.document_sentences)
 
 
-def mark_sentences(text: str) -> str:
-    """The document with every sentence end replaced by `SENTENCE_MARK`."""
-    text = _SENTENCE_END.sub(r"\1" + SENTENCE_MARK, text.strip())
+def mark_sentences(text: str, *, within_lines: bool = True) -> str:
+    """The document with every sentence end replaced by `SENTENCE_MARK`.
+
+    `within_lines=False` marks line breaks only, so each line is one "sentence" (line-by-line samples).
+    """
+    text = text.strip()
+    if within_lines:
+        text = _SENTENCE_END.sub(r"\1" + SENTENCE_MARK, text)
     return _LINE_BREAK.sub(SENTENCE_MARK, text)
 
 
@@ -132,7 +137,8 @@ def word_cache_applies(tokenizer: Tokenizer) -> bool:
 
 
 def tokenize_documents(texts: Sequence[str], tokenizer: Tokenizer, *, sep_id: int, drop_ids: Sequence[int],
-                       dtype: np.dtype, word_cache: WordCache | None = None) -> TokenizedDocuments:
+                       dtype: np.dtype, word_cache: WordCache | None = None,
+                       within_lines: bool = True) -> TokenizedDocuments:
     """Tokenize documents; sentence ends come from `mark_sentences` (and piece ends on the plain path).
 
     `drop_ids` are ids removed from the text (special tokens typed literally, e.g. "[CLS]"): they
@@ -140,10 +146,11 @@ def tokenize_documents(texts: Sequence[str], tokenizer: Tokenizer, *, sep_id: in
     `word_cache_applies`) to take the fast path for the documents it can handle.
     """
     if word_cache is None or any(_SPLIT_UNSAFE.search(text) for text in texts):
-        return _tokenize_in_pieces(texts, tokenizer, sep_id=sep_id, drop_ids=drop_ids, dtype=dtype)
+        return _tokenize_in_pieces(texts, tokenizer, sep_id=sep_id, drop_ids=drop_ids, dtype=dtype,
+                                   within_lines=within_lines)
     words: list[str] = []
     for text in texts:
-        words.extend(mark_sentences(text).split())
+        words.extend(mark_sentences(text, within_lines=within_lines).split())
         words.append(_DOCUMENT_END)
     ids = word_cache.encode(words)
     document_end = ids == -1
@@ -155,11 +162,11 @@ def tokenize_documents(texts: Sequence[str], tokenizer: Tokenizer, *, sep_id: in
 
 
 def _tokenize_in_pieces(texts: Sequence[str], tokenizer: Tokenizer, *, sep_id: int, drop_ids: Sequence[int],
-                        dtype: np.dtype) -> TokenizedDocuments:
+                        dtype: np.dtype, within_lines: bool) -> TokenizedDocuments:
     pieces: list[str] = []
     pieces_per_document = np.empty(len(texts), dtype=np.int64)
     for d, text in enumerate(texts):
-        document_pieces = _pieces_of(mark_sentences(text))
+        document_pieces = _pieces_of(mark_sentences(text, within_lines=within_lines))
         pieces.extend(document_pieces)
         pieces_per_document[d] = len(document_pieces)
     encodings = tokenizer.encode_batch_fast(pieces, add_special_tokens=False)

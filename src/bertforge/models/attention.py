@@ -11,7 +11,10 @@ The encoder carries all tokens of a micro-batch as one flat [tokens, heads, head
   against padding every sequence to the longest, length bucketing, nested jagged tensors and
   FlexAttention, this was the fastest correct option: fewer rows than padding (short sequences
   share a row) and one batched kernel call. Rows that hold exactly one full-length sequence need
-  no mask at all, which lets SDPA take its unmasked fast path.
+  no mask at all, which lets SDPA take its unmasked fast path. With attention dropout on a CPU,
+  SDPA can only take its math path, which draws the dropout mask with `bernoulli_`; there we run
+  the same computation ourselves with `models.dropout`'s cheaper mask and an additive mask built
+  once per forward (`attention_with_dropout`).
 - `eager`: a plain per-sequence softmax(QKᵀ)V loop — the reference the tests compare against.
 
 The row placement and the masks depend only on the sequence boundaries, so they are built once
@@ -28,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.errors import BertforgeError
+from bertforge.models.dropout import dropout
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -106,6 +110,7 @@ class PackedAttention:
         self.backend = backend
         self._placement: RowPlacement | None = None
         self._masks: dict[int | None, torch.Tensor | None] = {}  # one per distinct window
+        self._additive_masks: dict[tuple[int | None, torch.dtype], torch.Tensor | None] = {}
         self._alibi_biases: dict[int | None, torch.Tensor] = {}
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None = None,
@@ -142,6 +147,14 @@ class PackedAttention:
                 self._masks[window] = allowed[:, None]
         return self._masks[window]
 
+    def _additive_mask(self, window: int | None, dtype: torch.dtype) -> torch.Tensor | None:
+        """`_boolean_mask` as 0 / -inf to add to the scores."""
+        if (window, dtype) not in self._additive_masks:
+            allowed = self._boolean_mask(window)
+            self._additive_masks[window, dtype] = None if allowed is None else torch.zeros(
+                allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+        return self._additive_masks[window, dtype]
+
     def _alibi_bias(self, window: int | None, slopes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """[rows or 1, heads, len, len] float bias: -slope·distance where allowed, -inf elsewhere."""
         if window not in self._alibi_biases:
@@ -154,15 +167,30 @@ class PackedAttention:
     def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None,
               alibi_slopes: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
         placement = self.placement
+        own_dropout = dropout_p > 0 and query.device.type == "cpu"
         if alibi_slopes is not None:
             mask = self._alibi_bias(window, alibi_slopes, query.dtype)
+        elif own_dropout:
+            mask = self._additive_mask(window, query.dtype)
         else:
             mask = self._boolean_mask(window)
         rows = [_to_rows(x, placement) for x in (query, key, value)]
-        output = F.scaled_dot_product_attention(*rows, attn_mask=mask, dropout_p=dropout_p)
+        if own_dropout:
+            output = attention_with_dropout(*rows, mask, dropout_p)
+        else:
+            output = F.scaled_dot_product_attention(*rows, attn_mask=mask, dropout_p=dropout_p)
         heads, head_dim = query.shape[1:]
         output = output.transpose(1, 2).reshape(placement.num_rows * placement.row_length, heads, head_dim)
         return output if placement.is_identity else output.index_select(0, placement.slot_of_token)
+
+
+def attention_with_dropout(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None,
+                           dropout_p: float) -> torch.Tensor:
+    """SDPA's math path ([..., len, head_dim] in and out; `bias` added to the scores), `models.dropout`'s mask."""
+    scale = query.shape[-1] ** -0.5
+    scores = query @ key.transpose(-1, -2)
+    scores = scores.mul_(scale) if bias is None else torch.add(bias, scores, alpha=scale)
+    return dropout(scores.softmax(dim=-1), dropout_p) @ value
 
 
 def _slot_distance(row_length: int, device: torch.device) -> torch.Tensor:

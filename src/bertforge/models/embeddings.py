@@ -11,6 +11,7 @@ from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
+from bertforge.models.dropout import Dropout
 
 
 def layer_norm(config: EncoderConfig) -> nn.LayerNorm:
@@ -27,7 +28,7 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, config.hidden_size)
                                       if config.type_vocab_size > 0 else None)
         self.norm = layer_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
                 max_seqlen: int) -> torch.Tensor:

@@ -18,6 +18,7 @@ from torch import nn
 from bertforge.models.alibi import alibi_slopes
 from bertforge.models.attention import PackedAttention
 from bertforge.models.config import EncoderConfig
+from bertforge.models.dropout import Dropout
 from bertforge.models.embeddings import Embeddings, layer_norm
 from bertforge.models.init import init_weights
 from bertforge.models.mlp import build_mlp
@@ -132,7 +133,7 @@ class EncoderLayer(nn.Module):
         # normalised (ModernBERT uses an identity there; we match it so its weights load exactly).
         self.attention_norm = nn.Identity() if self.pre_norm and layer_index == 0 else layer_norm(config)
         self.mlp_norm = layer_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, hidden: torch.Tensor, attention: PackedAttention,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None) -> torch.Tensor:

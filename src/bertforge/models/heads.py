@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from bertforge.models.config import EncoderConfig
+from bertforge.models.dropout import Dropout
 from bertforge.models.embeddings import layer_norm
 from bertforge.models.mlp import ACTIVATIONS
 
@@ -81,7 +82,7 @@ class SequenceHead(nn.Module):
         self.pooling = config.pooling
         self.pooler = Pooler(config) if config.pooling == "pooler" else None
         self.transform = PredictionTransform(config) if config.pooling != "pooler" else None
-        self.dropout = nn.Dropout(config.effective_classifier_dropout)
+        self.dropout = Dropout(config.effective_classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
 
     def input_rows(self, cu_seqlens: torch.Tensor) -> torch.Tensor | None:
