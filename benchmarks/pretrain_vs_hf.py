@@ -15,6 +15,10 @@ the same model size, global batch, sequence length (128), optimizer (AdamW, line
   tokens as (a)'s batch of padded lines (about a quarter). At equal tokens, (a) takes ~4x more
   optimizer steps than the packed arms; this arm takes as many as (a), so its accuracy compares
   the feeds at equal tokens *and* equal updates. Its speed is reported, not the goal's ratio.
+- `bertforge, line by line`: (a)'s samples without (a)'s padding — the dataset prepared with
+  `--line-by-line` (every line one sample, as `run_mlm.py --line_by_line` and (a) build them), the
+  same global batch of 32 lines, so the same real tokens and optimizer steps as (a); the loader
+  packs the short lines into full rows and the model attends within each line.
 
 Each arm runs in its own process (a clean peak RSS; `torch.cuda.max_memory_allocated` on a GPU)
 until it has seen the same number of real (non-padding) tokens (`--tokens`). Throughput is the
@@ -57,12 +61,13 @@ VOCAB_SIZE = 8192
 MASK_PROBABILITY = 0.15
 WARMUP_FRACTION = 0.06
 EVAL_BATCH = 64
-ARMS = ("hf-padded", "hf-group-texts", "bertforge", "bertforge-matched")
+ARMS = ("hf-padded", "hf-group-texts", "bertforge", "bertforge-matched", "bertforge-lines")
 ARM_TITLES = {"hf-padded": "HF (a) padded", "hf-group-texts": "HF (b) group_texts", "bertforge": "bertforge",
-              "bertforge-matched": "bertforge, (a)'s tokens per step"}
+              "bertforge-matched": "bertforge, (a)'s tokens per step", "bertforge-lines": "bertforge, line by line"}
 ARM_FEEDS = {"hf-padded": "each line padded to 128", "hf-group-texts": "128-token blocks of the stream",
              "bertforge": "sentence-packed samples, unpadded",
-             "bertforge-matched": "the same, fewer samples per step"}
+             "bertforge-matched": "the same, fewer samples per step",
+             "bertforge-lines": "each line one sample, unpadded"}
 DEVICE_DEFAULTS = {  # model, global batch, real tokens per arm, peak learning rate
     "cpu": {"model": "bert-mini", "batch_size": 32, "tokens": 350_000, "lr": 1e-3},
     "cuda": {"model": "bert-base", "batch_size": 256, "tokens": 10_000_000, "lr": 2e-4},
@@ -105,8 +110,8 @@ class ArmResult:
 # shared inputs: the tokenizer, the prepared dataset, the training documents
 
 
-def prepare_inputs(work: Path) -> tuple[Path, Path, dict[str, Any]]:
-    """Train the tokenizer and prepare the dataset once; both are reused while the inputs are unchanged."""
+def prepare_inputs(work: Path) -> tuple[Path, Path, dict[str, Any], Path, dict[str, Any]]:
+    """Train the tokenizer and prepare the datasets (packed, line by line) once; reused while the inputs are unchanged."""
     from bertforge.data.bundled import corpus_path
     from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
@@ -119,7 +124,11 @@ def prepare_inputs(work: Path) -> tuple[Path, Path, dict[str, Any]]:
                                         PrepareSettings(seq_len=SEQ_LEN, split=(980.0, 20.0)), workers=2,
                                         progress=False)
     manifest = dict(manifest, prepare_seconds=time.perf_counter() - started)
-    return tokenizer_dir, data_dir, manifest
+    lines_dir = work / "data-128-lines"
+    lines_manifest = prepare_pretraining_data([str(corpus_path())], tokenizer_dir, lines_dir,
+                                              PrepareSettings(seq_len=SEQ_LEN, split=(980.0, 20.0), line_by_line=True),
+                                              workers=2, progress=False)
+    return tokenizer_dir, data_dir, manifest, lines_dir, lines_manifest
 
 
 def quiet_progress_bars() -> None:
@@ -446,7 +455,7 @@ def machine_description(device: str) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     settings, machine, arms = report["settings"], report["machine"], report["arms"]
-    base, matched = arms["bertforge"], arms["bertforge-matched"]
+    base, matched, lines_arm = arms["bertforge"], arms["bertforge-matched"], arms["bertforge-lines"]
     precision = "bf16 autocast" if settings["device"] == "cuda" else "fp32"
     where = machine["gpu"] or f"{machine['cpu']}, {machine['torch_threads']} threads"
     memory_kind = "peak GPU memory (MB)" if settings["device"] == "cuda" else "peak RSS (MB)"
@@ -481,7 +490,9 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"Real tokens/s, bertforge ÷ (a) = **{ratio_a:.2f}×** (goal ≥ 2.5×); bertforge ÷ (b) = "
         f"**{ratio_b:.2f}×** (goal ≥ 1.3×). With (a)'s real tokens per step (global batch "
-        f"{settings['matched_batch_size']}), bertforge runs at {matched['tokens_per_s'] / arms['hf-padded']['tokens_per_s']:.2f}× (a).",
+        f"{settings['matched_batch_size']}), bertforge runs at {matched['tokens_per_s'] / arms['hf-padded']['tokens_per_s']:.2f}× (a); "
+        f"with (a)'s samples (line by line, batch {settings['batch_size']}) at "
+        f"{lines_arm['tokens_per_s'] / arms['hf-padded']['tokens_per_s']:.2f}× (a).",
         "",
         "| arm | real tokens seen | optimizer steps | training time (s) | MLM accuracy, packed validation "
         "| MLM loss, packed | MLM accuracy, single lines | MLM loss, lines |",
@@ -501,7 +512,10 @@ def render(report: dict[str, Any]) -> str:
         f"sequences: bertforge {accuracy['bertforge']:.4f}, (a) {accuracy['hf-padded']:.4f}, (b) "
         f"{accuracy['hf-group-texts']:.4f}. At equal tokens and equal optimizer steps (bertforge's batch sized to "
         f"(a)'s real tokens per step, {matched['steps']} vs {arms['hf-padded']['steps']} steps): bertforge "
-        f"{accuracy['bertforge-matched']:.4f} vs (a) {accuracy['hf-padded']:.4f}.",
+        f"{accuracy['bertforge-matched']:.4f} vs (a) {accuracy['hf-padded']:.4f}. With (a)'s samples (line by line, "
+        f"{lines_arm['steps']} steps): bertforge {accuracy['bertforge-lines']:.4f} vs (a) {accuracy['hf-padded']:.4f}; "
+        f"on single lines {lines_arm['eval_lines']['accuracy']:.4f} vs "
+        f"{arms['hf-padded']['eval_lines']['accuracy']:.4f}.",
         "",
         f"Validation: the last {settings['validation_documents']} documents (Megatron split 980,20): "
         f"{evaluation['packed_masked_tokens']:,} masked tokens in {evaluation['packed_samples']:,} packed samples "
@@ -579,7 +593,7 @@ def main() -> None:
     work = Path(arguments.work_dir).resolve()
     command = shlex.join(["python", *sys.argv])
     machine = machine_description(arguments.device)
-    tokenizer_dir, data_dir, manifest = prepare_inputs(work)
+    tokenizer_dir, data_dir, manifest, lines_dir, lines_manifest = prepare_inputs(work)
     documents = corpus_documents()
     train_documents = manifest["splits"]["train"]["documents"]
     validation_documents = manifest["splits"]["validation"]["documents"]
@@ -592,6 +606,8 @@ def main() -> None:
         "bertforge": (data_dir, train_split["tokens"] / train_split["samples"])}
 
     training_data["bertforge-matched"] = training_data["bertforge"]
+    lines_split = lines_manifest["splits"]["train"]
+    training_data["bertforge-lines"] = (lines_dir, lines_split["tokens"] / lines_split["samples"])
     # (a)'s 32 padded lines hold ~4x fewer real tokens than 32 packed samples, so at equal tokens it
     # takes ~4x more optimizer steps. This arm gives bertforge (a)'s real tokens per step (and so
     # its number of steps), to compare accuracy at equal tokens *and* equal updates.
