@@ -7,11 +7,10 @@ probabilities per layer) was 6.7% of a bert-base training step (docs/benchmarks.
 
 Here one generator call gives 64 random bits for four elements: `random_` over the full int64
 range, viewed as int16, and an element is kept when its 16 bits are at or above p·2^16 − 2^15.
-So p is rounded to a multiple of 2^-16 (0.1 → 0.1000061; below 2^-17 it rounds to no dropout) and
-kept values are scaled by 1/(1 − p_rounded), which keeps the expectation exact. The mask is kept
-for backward as bool (1 byte per element; `F.dropout` keeps a float mask, 4) and applied with
-`torch.where`, which is vectorised for a bool condition where `x * bool_mask` is not. Measured:
-3.1 ms forward + backward for the tensor above (`benchmarks/model_step.py` shows the whole step).
+So p is rounded to a multiple of 2^-16 (0.1 → 0.1000061; a p below 2^-17, which would round to 0,
+is left to `F.dropout`) and kept values are scaled by 1/(1 − p_rounded), which keeps the
+expectation exact. The bool mask is saved for backward and applied with `torch.where`, which is
+vectorised for a bool condition where `x * bool_mask` is not. Measured: see `benchmarks/dropout_cpu.py` for the per-call times and `benchmarks/model_step.py` for the step.
 
 On other devices `F.dropout` is used: CUDA's is a fused Philox kernel already.
 """
