@@ -61,10 +61,14 @@ VOCAB_SIZE = 8192
 MASK_PROBABILITY = 0.15
 WARMUP_FRACTION = 0.06
 EVAL_BATCH = 64
-ARMS = ("hf-padded", "hf-group-texts", "bertforge", "bertforge-matched", "bertforge-lines")
-ARM_TITLES = {"hf-padded": "HF (a) padded", "hf-group-texts": "HF (b) group_texts", "bertforge": "bertforge",
+EVALUATION_SEED = 42  # the validation masks: the same for every arm and every training seed
+ARMS = ("hf-padded", "hf-group-texts", "hf-lines", "bertforge", "bertforge-matched", "bertforge-lines")
+HF_ARMS = ("hf-padded", "hf-group-texts", "hf-lines")
+ARM_TITLES = {"hf-padded": "HF (a) padded", "hf-group-texts": "HF (b) group_texts",
+              "hf-lines": "HF (c) line by line", "bertforge": "bertforge",
               "bertforge-matched": "bertforge, (a)'s tokens per step", "bertforge-lines": "bertforge, line by line"}
 ARM_FEEDS = {"hf-padded": "each line padded to 128", "hf-group-texts": "128-token blocks of the stream",
+             "hf-lines": "each line padded to the longest in its batch",
              "bertforge": "sentence-packed samples, unpadded",
              "bertforge-matched": "the same, fewer samples per step",
              "bertforge-lines": "each line one sample, unpadded"}
@@ -237,9 +241,12 @@ def hf_training_dataset(arm: str, documents: list[str], tokenizer: Any) -> Any:
 
     from datasets import Dataset
 
-    if arm == "hf-padded":  # Union/Flyte, Mosaic: one line = one sample, padded to max_length
+    if arm in ("hf-padded", "hf-lines"):
+        # Union/Flyte, Mosaic: one line = one sample, padded to max_length. run_mlm.py --line_by_line
+        # without --pad_to_max_length: the same samples, which its collator pads to the batch's longest.
+        padding = "max_length" if arm == "hf-padded" else False
         lines = Dataset.from_dict({"text": document_lines(documents)})
-        return lines.map(lambda rows: tokenizer(rows["text"], padding="max_length", truncation=True,
+        return lines.map(lambda rows: tokenizer(rows["text"], padding=padding, truncation=True,
                                                 max_length=SEQ_LEN), batched=True, remove_columns=["text"])
 
     def group_texts(examples: dict[str, list[Any]]) -> dict[str, list[Any]]:  # run_mlm.py's, verbatim
@@ -256,7 +263,7 @@ def hf_training_dataset(arm: str, documents: list[str], tokenizer: Any) -> Any:
 
 
 def save_hf_datasets(work: Path, tokenizer_dir: Path, documents: list[str]) -> dict[str, dict[str, Any]]:
-    """Build both HF training sets here and save them (`save_to_disk`) for the arms to memory-map.
+    """Build the HF training sets here and save them (`save_to_disk`) for the arms to memory-map.
 
     Built in this process, not the arm's, so the tokenization's transient memory stays out of the
     arm's peak RSS, as a dataset cached ahead of training (the Union/Flyte artifact) would.
@@ -268,7 +275,7 @@ def save_hf_datasets(work: Path, tokenizer_dir: Path, documents: list[str]) -> d
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     tokenizer.model_max_length = 1 << 30  # run_mlm tokenizes whole documents; silence the length warning
     built: dict[str, dict[str, Any]] = {}
-    for arm in ("hf-padded", "hf-group-texts"):
+    for arm in HF_ARMS:
         started = time.perf_counter()
         dataset = hf_training_dataset(arm, documents, tokenizer)
         target = work / "hf-datasets" / arm
@@ -277,8 +284,7 @@ def save_hf_datasets(work: Path, tokenizer_dir: Path, documents: list[str]) -> d
         dataset.save_to_disk(str(staging))
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-        real_tokens = sum(int(batch["attention_mask"].sum())
-                          for batch in dataset.with_format("numpy").iter(batch_size=8192))
+        real_tokens = sum(sum(map(sum, batch["attention_mask"])) for batch in dataset.iter(batch_size=8192))
         built[arm] = {"path": target, "rows": len(dataset), "real_tokens_per_row": real_tokens / len(dataset),
                       "build_seconds": time.perf_counter() - started}
     return built
@@ -303,15 +309,17 @@ def run_hf(spec: ArmSpec) -> ArmResult:
     train = load_from_disk(spec.data_dir)
 
     class CountingCollator:
-        """HF's MLM collator, counting the real tokens of each batch it builds (in step order)."""
+        """HF's MLM collator, counting the real tokens and positions of each batch it builds (in step order)."""
 
         def __init__(self) -> None:
             self.collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_PROBABILITY)
             self.real_tokens: list[int] = []
+            self.positions: list[int] = []
 
         def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
             batch = self.collator(features)
             self.real_tokens.append(int(batch["attention_mask"].sum()))
+            self.positions.append(batch["attention_mask"].numel())
             return batch
 
     class StepClock(TrainerCallback):
@@ -354,7 +362,7 @@ def run_hf(spec: ArmSpec) -> ArmResult:
     trainer.save_model(str(final))
     steps = len(clock.step_begins)
     return ArmResult(spec.arm, str(final), clock.step_begins, collator.real_tokens[:steps],
-                     float(spec.batch_size * SEQ_LEN), clock.peak_bytes, train_seconds)
+                     statistics.fmean(collator.positions[:steps]), clock.peak_bytes, train_seconds)
 
 
 def run_arm(spec_path: Path) -> None:
@@ -368,7 +376,7 @@ def run_arm(spec_path: Path) -> None:
     shutil.rmtree(spec.out_dir, ignore_errors=True)  # a fresh run, never a resumed one
     Path(spec.out_dir).mkdir(parents=True)
     result = run_bertforge(spec) if spec.arm.startswith("bertforge") else run_hf(spec)
-    write_atomically(spec_path.with_name(f"{spec.arm}.result.json"), json.dumps(asdict(result)))
+    write_atomically(spec_path.with_name(f"{spec_path.stem}.result.json"), json.dumps(asdict(result)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,15 +461,12 @@ def machine_description(device: str) -> dict[str, Any]:
             "load_average_start": os.getloadavg()[0]}
 
 
-def render(report: dict[str, Any]) -> str:
-    settings, machine, arms = report["settings"], report["machine"], report["arms"]
-    base, matched, lines_arm = arms["bertforge"], arms["bertforge-matched"], arms["bertforge-lines"]
+def report_header(report: dict[str, Any], title: str) -> list[str]:
+    settings, machine = report["settings"], report["machine"]
     precision = "bf16 autocast" if settings["device"] == "cuda" else "fp32"
     where = machine["gpu"] or f"{machine['cpu']}, {machine['torch_threads']} threads"
-    memory_kind = "peak GPU memory (MB)" if settings["device"] == "cuda" else "peak RSS (MB)"
-    lines = [
-        f"## Pre-training vs Hugging Face — {settings['model']}, seq {SEQ_LEN}, global batch "
-        f"{settings['batch_size']}, {precision}",
+    return [
+        f"## {title} — {settings['model']}, seq {SEQ_LEN}, global batch {settings['batch_size']}, {precision}",
         "",
         f"- Command: `{report['command']}`",
         f"- Machine: {where}; torch {machine['torch']}, transformers {machine['transformers']}, Python "
@@ -472,27 +477,44 @@ def render(report: dict[str, Any]) -> str:
         f"{settings['tokens']:,} real tokens per arm; throughput over the steps after "
         f"{settings['warmup_steps']} warm-up steps",
         "",
+    ]
+
+
+def validation_note(report: dict[str, Any]) -> str:
+    evaluation, settings = report["evaluation"], report["settings"]
+    return (f"Validation: the last {settings['validation_documents']} documents (Megatron split 980,20): "
+            f"{evaluation['packed_masked_tokens']:,} masked tokens in {evaluation['packed_samples']:,} packed samples "
+            f"and {evaluation['lines_masked_tokens']:,} in {evaluation['lines']:,} single lines; fixed masks; every "
+            "model evaluated by the same code with `transformers.BertForMaskedLM` (bertforge's through its HF export).")
+
+
+def render(report: dict[str, Any]) -> str:
+    settings, arms = report["settings"], report["arms"]
+    base, matched, lines_arm = arms["bertforge"], arms["bertforge-matched"], arms["bertforge-lines"]
+    speed = {name: arm["tokens_per_s"] for name, arm in arms.items()}
+    memory_kind = "peak GPU memory (MB)" if settings["device"] == "cuda" else "peak RSS (MB)"
+    lines = report_header(report, "Pre-training vs Hugging Face") + [
         f"| arm | feed | steps timed | real tokens/step | positions computed/step | step time (s) "
         f"| real tokens/s | bertforge speed-up | {memory_kind} |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in ARMS:
         arm = arms[name]
-        speedup = base["tokens_per_s"] / arm["tokens_per_s"]
+        # each HF feed against the bertforge arm that sees the same samples
+        ours = "bertforge-lines" if name == "hf-lines" else "bertforge"
         lines.append(
             f"| {ARM_TITLES[name]} | {ARM_FEEDS[name]} | {arm['timed_steps']} | {arm['real_tokens_per_step']:,.0f} "
             f"| {arm['computed_positions_per_step']:,.0f} | {arm['step_s']:.3f} | {arm['tokens_per_s']:,.0f} "
-            f"| {'—' if name.startswith('bertforge') else f'{speedup:.2f}×'} | "
+            f"| {'—' if name.startswith('bertforge') else f'{speed[ours] / speed[name]:.2f}×'} | "
             f"{arm['peak_memory_bytes'] / 2**20:,.0f} |")
-    ratio_a = base["tokens_per_s"] / arms["hf-padded"]["tokens_per_s"]
-    ratio_b = base["tokens_per_s"] / arms["hf-group-texts"]["tokens_per_s"]
     lines += [
         "",
-        f"Real tokens/s, bertforge ÷ (a) = **{ratio_a:.2f}×** (goal ≥ 2.5×); bertforge ÷ (b) = "
-        f"**{ratio_b:.2f}×** (goal ≥ 1.3×). With (a)'s real tokens per step (global batch "
-        f"{settings['matched_batch_size']}), bertforge runs at {matched['tokens_per_s'] / arms['hf-padded']['tokens_per_s']:.2f}× (a); "
-        f"with (a)'s samples (line by line, batch {settings['batch_size']}) at "
-        f"{lines_arm['tokens_per_s'] / arms['hf-padded']['tokens_per_s']:.2f}× (a).",
+        f"Real tokens/s, bertforge ÷ (a) = **{speed['bertforge'] / speed['hf-padded']:.2f}×** (goal ≥ 2.5×); "
+        f"bertforge ÷ (b) = **{speed['bertforge'] / speed['hf-group-texts']:.2f}×** (goal ≥ 1.3×). With (a)'s "
+        f"real tokens per step (global batch {settings['matched_batch_size']}), bertforge runs at "
+        f"{speed['bertforge-matched'] / speed['hf-padded']:.2f}× (a); with (a)'s samples (line by line, batch "
+        f"{settings['batch_size']}) at {speed['bertforge-lines'] / speed['hf-padded']:.2f}× (a) and "
+        f"{speed['bertforge-lines'] / speed['hf-lines']:.2f}× (c), which has the same samples padded per batch.",
         "",
         "| arm | real tokens seen | optimizer steps | training time (s) | MLM accuracy, packed validation "
         "| MLM loss, packed | MLM accuracy, single lines | MLM loss, lines |",
@@ -504,7 +526,6 @@ def render(report: dict[str, Any]) -> str:
         lines.append(
             f"| {ARM_TITLES[name]} | {arm['tokens_seen']:,} | {arm['steps']} | {arm['train_seconds']:.0f} "
             f"| {packed['accuracy']:.4f} | {packed['loss']:.3f} | {single['accuracy']:.4f} | {single['loss']:.3f} |")
-    evaluation = report["evaluation"]
     accuracy = {name: arms[name]["eval_packed"]["accuracy"] for name in ARMS}
     lines += [
         "",
@@ -513,19 +534,52 @@ def render(report: dict[str, Any]) -> str:
         f"{accuracy['hf-group-texts']:.4f}. At equal tokens and equal optimizer steps (bertforge's batch sized to "
         f"(a)'s real tokens per step, {matched['steps']} vs {arms['hf-padded']['steps']} steps): bertforge "
         f"{accuracy['bertforge-matched']:.4f} vs (a) {accuracy['hf-padded']:.4f}. With (a)'s samples (line by line, "
-        f"{lines_arm['steps']} steps): bertforge {accuracy['bertforge-lines']:.4f} vs (a) {accuracy['hf-padded']:.4f}; "
-        f"on single lines {lines_arm['eval_lines']['accuracy']:.4f} vs "
-        f"{arms['hf-padded']['eval_lines']['accuracy']:.4f}.",
+        f"{lines_arm['steps']} steps): bertforge {accuracy['bertforge-lines']:.4f} vs (a) "
+        f"{accuracy['hf-padded']:.4f} and (c) {accuracy['hf-lines']:.4f}. One seed each: see the seed study "
+        "(`--seeds`) before reading a difference here.",
         "",
-        f"Validation: the last {settings['validation_documents']} documents (Megatron split 980,20): "
-        f"{evaluation['packed_masked_tokens']:,} masked tokens in {evaluation['packed_samples']:,} packed samples "
-        f"and {evaluation['lines_masked_tokens']:,} in {evaluation['lines']:,} single lines; fixed masks; every model "
-        "evaluated by the same code with `transformers.BertForMaskedLM` (bertforge's through its HF export).",
+        validation_note(report),
     ]
     own = base["extra"].get("own_validation")
     if own:
         lines.append(f"bertforge's own end-of-run evaluation (its unpadded model, the same masks): MLM accuracy "
                      f"{own['mlm_accuracy']:.4f}, loss {own['mlm_loss']:.3f} — a check on the export.")
+    return "\n".join(lines) + "\n"
+
+
+def render_seed_study(report: dict[str, Any], arm_names: list[str]) -> str:
+    """Accuracy and loss at equal tokens per arm over the seeds; Welch's t-test when two arms are compared."""
+    from scipy import stats
+
+    runs, seeds = report["runs"], report["settings"]["seeds"]
+    lines = report_header(report, "Pre-training vs Hugging Face, seed study") + [
+        "| arm | " + " | ".join(f"seed {seed}: accuracy / loss" for seed in seeds)
+        + " | mean accuracy | mean loss | real tokens/s (mean) |",
+        "|---|" + "---:|" * (len(seeds) + 3),
+    ]
+    per_arm: dict[str, dict[str, list[float]]] = {}
+    for name in arm_names:
+        arm_runs = [run for run in runs if run["arm"] == name]
+        values = per_arm[name] = {"accuracy": [run["eval_packed"]["accuracy"] for run in arm_runs],
+                                  "loss": [run["eval_packed"]["loss"] for run in arm_runs],
+                                  "speed": [run["tokens_per_s"] for run in arm_runs]}
+        spread = {key: f" ± {statistics.stdev(v):.4f}" if len(v) > 1 else "" for key, v in values.items()}
+        lines.append(f"| {ARM_TITLES[name]} | "
+                     + " | ".join(f"{a:.4f} / {loss:.3f}" for a, loss in zip(values["accuracy"], values["loss"],
+                                                                             strict=True))
+                     + f" | {statistics.fmean(values['accuracy']):.4f}{spread['accuracy']} "
+                     f"| {statistics.fmean(values['loss']):.3f}{spread['loss']} "
+                     f"| {statistics.fmean(values['speed']):,.0f} |")
+    lines.append("")
+    if len(arm_names) == 2 and len(seeds) > 1:
+        first, second = (per_arm[name] for name in arm_names)
+        for metric in ("accuracy", "loss"):
+            test = stats.ttest_ind(first[metric], second[metric], equal_var=False)
+            lines.append(f"- {metric}: {ARM_TITLES[arm_names[0]]} − {ARM_TITLES[arm_names[1]]} = "
+                         f"{statistics.fmean(first[metric]) - statistics.fmean(second[metric]):+.4f} "
+                         f"(Welch t = {test.statistic:.2f}, p = {test.pvalue:.2f})")
+        lines.append("")
+    lines.append("MLM accuracy and loss on the packed validation split. " + validation_note(report))
     return "\n".join(lines) + "\n"
 
 
@@ -555,12 +609,20 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None,
                         help="the least number of steady-state steps every arm must time, checked up front (20)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per arm")
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seeds", default="42",
+                        help="training seeds, comma-separated (default 42); with several, or with --arms, the "
+                             "report is the seed study: MLM accuracy and loss per arm and seed, mean ± std")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"the arms to train (default all: {','.join(ARMS)})")
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "pretrain_vs_hf"),
                         help="tokenizer, prepared data and the runs (reused: the data is prepared once)")
     parser.add_argument("--run-arm", default=None, help=argparse.SUPPRESS)  # internal: the child process
     arguments = parser.parse_args()
     if arguments.run_arm is None:
+        arguments.seeds = [int(seed) for seed in arguments.seeds.split(",")]
+        arguments.arms = [arm.strip() for arm in arguments.arms.split(",")]
+        unknown = sorted(set(arguments.arms) - set(ARMS))
+        if unknown:
+            parser.error(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
         import torch
 
         if arguments.device == "auto":
@@ -580,6 +642,25 @@ def check_budget(arguments: argparse.Namespace) -> None:
         raise SystemExit(f"--tokens {arguments.tokens:,} gives the group_texts arm only {fewest} steps of "
                          f"{arguments.batch_size}x{SEQ_LEN} tokens; every arm needs {needed} "
                          "(--warmup-steps + --steps + 1): raise --tokens or lower --steps")
+
+
+def train_arm(arm: str, seed: int, spec_values: dict[str, Any], work: Path) -> dict[str, Any]:
+    """Train one arm in a child process (its own peak RSS) and return its `ArmResult` as a dict."""
+    from bertforge.console import console
+
+    spec = ArmSpec(arm=arm, seed=seed, out_dir=str(work / "runs" / f"seed-{seed}" / arm), **spec_values)
+    spec_path = work / "specs" / f"seed-{seed}-{arm}.json"
+    write_atomically(spec_path, json.dumps(asdict(spec), indent=1))
+    console.print(f"[bold]{ARM_TITLES[arm]}[/bold] (seed {seed}): training {spec.model} on {spec.tokens:,} tokens")
+    result_path = spec_path.with_name(f"{spec_path.stem}.result.json")
+    result_path.unlink(missing_ok=True)
+    # the child's stdout (HF's log lines) goes to our stderr: stdout carries only the table
+    child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
+                           stdout=sys.stderr)
+    if child.returncode != 0:
+        raise SystemExit(f"the {ARM_TITLES[arm]} arm failed with exit code {child.returncode} (its output is "
+                         f"above); its spec is {spec_path}")
+    return json.loads(result_path.read_text(encoding="utf-8"))
 
 
 def main() -> None:
@@ -613,63 +694,57 @@ def main() -> None:
     # its number of steps), to compare accuracy at equal tokens *and* equal updates.
     batch_sizes = {arm: arguments.batch_size for arm in ARMS} | {"bertforge-matched": max(1, round(
         arguments.batch_size * training_data["hf-padded"][1] / training_data["bertforge"][1]))}
-    results: dict[str, dict[str, Any]] = {}
-    for arm in ARMS:
-        arm_data, real_tokens_per_row = training_data[arm]
-        spec = ArmSpec(arm=arm, out_dir=str(work / "runs" / arm), device=arguments.device, model=arguments.model,
-                       batch_size=batch_sizes[arm], tokens=arguments.tokens, lr=arguments.lr,
-                       seed=arguments.seed, threads=arguments.threads, tokenizer_dir=str(tokenizer_dir),
-                       data_dir=str(arm_data),
-                       max_steps=planned_steps(arguments.tokens, real_tokens_per_row * batch_sizes[arm]))
-        spec_path = work / "specs" / f"{arm}.json"
-        write_atomically(spec_path, json.dumps(asdict(spec), indent=1))
-        console.print(f"[bold]{ARM_TITLES[arm]}[/bold]: training {arguments.model} on {arguments.tokens:,} tokens")
-        result_path = spec_path.with_name(f"{arm}.result.json")
-        result_path.unlink(missing_ok=True)
-        # the child's stdout (HF's log lines) goes to our stderr: stdout carries only the table
-        child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
-                               stdout=sys.stderr)
-        if child.returncode != 0:
-            raise SystemExit(f"the {ARM_TITLES[arm]} arm failed with exit code {child.returncode} (its output is "
-                             f"above); its spec is {spec_path}")
-        results[arm] = json.loads(result_path.read_text(encoding="utf-8"))
+    results: dict[tuple[int, str], dict[str, Any]] = {}
+    for seed in arguments.seeds:
+        for arm in arguments.arms:
+            arm_data, real_tokens_per_row = training_data[arm]
+            results[seed, arm] = train_arm(arm, seed, {
+                "device": arguments.device, "model": arguments.model, "batch_size": batch_sizes[arm],
+                "tokens": arguments.tokens, "lr": arguments.lr, "threads": arguments.threads,
+                "tokenizer_dir": str(tokenizer_dir), "data_dir": str(arm_data),
+                "max_steps": planned_steps(arguments.tokens, real_tokens_per_row * batch_sizes[arm])}, work)
     machine["load_average_end"] = os.getloadavg()[0]
 
     import torch
 
     if arguments.device == "cpu":
         torch.set_num_threads(arguments.threads)
-    packed = packed_validation_batches(data_dir, arguments.seed)
-    single = line_validation_batches(tokenizer_dir, validation_lines, arguments.seed)
-    arms = {}
-    for arm, result in results.items():
-        arms[arm] = steady_state(result, arguments.warmup_steps) | {
+    packed = packed_validation_batches(data_dir, EVALUATION_SEED)
+    single = line_validation_batches(tokenizer_dir, validation_lines, EVALUATION_SEED)
+    runs = {}
+    for (seed, arm), result in results.items():
+        runs[seed, arm] = steady_state(result, arguments.warmup_steps) | {
             key: result[key] for key in ("computed_positions_per_step", "peak_memory_bytes", "train_seconds",
                                          "extra")} | {
             "eval_packed": mlm_accuracy(result["model_dir"], packed, arguments.device),
             "eval_lines": mlm_accuracy(result["model_dir"], single, arguments.device)}
+    first_run = next(iter(runs.values()))
     report = {
         "command": command, "machine": machine,
         "settings": {"device": arguments.device, "model": arguments.model, "batch_size": arguments.batch_size,
                      "matched_batch_size": batch_sizes["bertforge-matched"],
-                     "tokens": arguments.tokens, "lr": arguments.lr, "seed": arguments.seed,
+                     "tokens": arguments.tokens, "lr": arguments.lr, "seeds": arguments.seeds,
                      "warmup_steps": arguments.warmup_steps, "threads": arguments.threads,
                      "train_documents": train_documents, "validation_documents": validation_documents},
         "data": {"train_tokens": train_split["tokens"], "train_samples": train_split["samples"],
                  "bertforge_prepare_seconds": manifest["prepare_seconds"],
                  "hf_datasets": {arm: {k: v for k, v in info.items() if k != "path"} for arm, info in hf_data.items()}},
         "evaluation": {"packed_samples": sum(int(b["num_samples"]) for b in packed),
-                       "packed_masked_tokens": arms["bertforge"]["eval_packed"]["masked_tokens"],
+                       "packed_masked_tokens": first_run["eval_packed"]["masked_tokens"],
                        "lines": len(validation_lines),
-                       "lines_masked_tokens": arms["bertforge"]["eval_lines"]["masked_tokens"]},
-        "arms": arms,
+                       "lines_masked_tokens": first_run["eval_lines"]["masked_tokens"]},
     }
-    table = render(report)
+    if len(arguments.seeds) == 1 and arguments.arms == list(ARMS):
+        report["arms"] = {arm: run for (_, arm), run in runs.items()}
+        table, name = render(report), "pretrain_vs_hf"
+    else:
+        report["runs"] = [{"seed": seed, "arm": arm} | run for (seed, arm), run in runs.items()]
+        table, name = render_seed_study(report, arguments.arms), "pretrain_vs_hf_seeds"
     print(table)
     target = work / "quick-results" if arguments.quick else RESULTS
-    write_atomically(target / "pretrain_vs_hf.md", table)
-    write_atomically(target / "pretrain_vs_hf.json", json.dumps(report, indent=1))
-    console.print(f"written to {target / 'pretrain_vs_hf.md'} and .json", soft_wrap=True)
+    write_atomically(target / f"{name}.md", table)
+    write_atomically(target / f"{name}.json", json.dumps(report, indent=1))
+    console.print(f"written to {target / name}.md and .json", soft_wrap=True)
 
 
 if __name__ == "__main__":
