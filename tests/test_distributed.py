@@ -104,4 +104,22 @@ def test_torchrun_max_restarts_with_resume_auto_recovers_a_crashed_worker(single
                           env=os.environ | {"OMP_NUM_THREADS": "1", "BERTFORGE_TEST_CRASH_MARKER": str(marker)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert marker.exists()  # it really crashed once
+    output = done.stdout + done.stderr
+    assert "internal error" not in output  # the survivor names the lost peer, not a bug of ours
+    assert "rank 0 lost its connection to another process of this job" in output
     assert losses(run_dir) == pytest.approx(losses(single_process), rel=1e-5, abs=1e-6)
+
+
+def test_a_lost_peer_is_named_as_such_and_other_errors_are_not() -> None:
+    """Gloo's transport raises RuntimeError, NCCL and the store DistError subclasses; a bug stays a bug."""
+    import torch.distributed as dist
+
+    from bertforge.train.distributed import describe_peer_failure
+
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:4242: "
+                        "Connection reset by peer")
+    for error in (gloo, dist.DistBackendError("NCCL communicator was aborted"), dist.DistNetworkError("timeout")):
+        message = describe_peer_failure(error)
+        assert message is not None and "lost its connection to another process" in message
+        assert "resume" in message and "\n" not in message
+    assert describe_peer_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None

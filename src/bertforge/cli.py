@@ -79,14 +79,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
         return 130
-    except Exception as error:  # a bug in bertforge, not the user's fault
+    except Exception as error:  # a bug in bertforge, not the user's fault -- unless a peer rank died
+        peer_failure = describe_peer_failure(error)
         if debug:
             console.print_exception()
+        elif peer_failure is not None:
+            console.print(f"[bold red]error:[/] {escape(peer_failure)}", highlight=False, soft_wrap=True)
         else:
             console.print(f"[bold red]internal error:[/] {type(error).__name__}: {escape(str(error))} "
                           "(rerun with --debug for the traceback and please report it)", highlight=False,
                           soft_wrap=True)
         return INTERNAL_ERROR_EXIT_CODE
+
+
+def describe_peer_failure(error: BaseException) -> str | None:
+    """`train.distributed.describe_peer_failure`, without importing torch for commands that never loaded it."""
+    if "torch.distributed" not in sys.modules:
+        return None
+    from bertforge.train.distributed import describe_peer_failure as describe
+
+    return describe(error)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from torch import nn
 
 from bertforge.config import DistSection
 from bertforge.console import log
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, first_line
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,27 @@ def any_rank(flag: bool, env: DistEnv, device: torch.device) -> bool:
     tensor = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return bool(tensor.item() > 0)
+
+
+# Gloo reports a dead or unreachable peer as a plain RuntimeError raised in its TCP transport;
+# NCCL and the rendezvous store raise torch.distributed.DistError subclasses.
+GLOO_TRANSPORT_MARK = "gloo/transport"
+
+
+def describe_peer_failure(error: BaseException) -> str | None:
+    """One line for a collective that failed because another process of the job went away, else None.
+
+    Not a bug in bertforge nor a mistake in the input: the other rank's own output says why it
+    stopped, and the run resumes from its last complete checkpoint.
+    """
+    if not (isinstance(error, dist.DistError) or GLOO_TRANSPORT_MARK in str(error)):
+        return None
+    rank = os.environ.get("RANK", "?")
+    cause = first_line(error).split(". ")[0]  # gloo goes on with advice and emoji after its first sentence
+    return (f"rank {rank} lost its connection to another process of this job ({cause}): a peer "
+            "died or the network failed; its own output says why. Run the same command again to resume from "
+            "the last checkpoint (run.resume=auto), or launch with torchrun --max-restarts=N to recover "
+            "automatically")
 
 
 def barrier(env: DistEnv) -> None:
