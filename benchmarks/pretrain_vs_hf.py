@@ -2,13 +2,16 @@
 
 The same corpus (the bundled KJV + WordNet text), the same WordPiece tokenizer (8192, trained here),
 the same model size, global batch, sequence length (128), optimizer (AdamW, linear schedule with
-6% warmup, clipping 1.0), dropout and masking (15%, 80/10/10), trained four ways:
+6% warmup, clipping 1.0), dropout and masking (15%, 80/10/10), trained six ways:
 
 - `HF (a) padded`: `BertForMaskedLM` (SDPA) + `DataCollatorForLanguageModeling` fed as the
   Union/Flyte and Mosaic examples feed it: every corpus line (a verse or a gloss) is one sample,
   tokenized with `padding="max_length", truncation=True, max_length=128`;
 - `HF (b) group_texts`: the same model fed as `run_mlm.py` feeds it: every training document
   tokenized, the token stream concatenated and cut into 128-token blocks (`group_texts`, verbatim);
+- `HF (c) line by line`: (a)'s samples as `run_mlm.py --line_by_line` feeds them without
+  `--pad_to_max_length`: each batch padded to its longest line. The same training distribution as
+  (a) (padding is masked out of attention and never chosen for MLM) in a fraction of its time;
 - `bertforge`: `bertforge pretrain` on the prepared dataset (sentences of one document packed up
   to 128 tokens), the unpadded encoder and the MLM head on masked positions only;
 - `bertforge, (a)'s tokens per step`: the same with the global batch cut to hold as many real
@@ -31,9 +34,12 @@ fixed masks: the prepared validation split (packed samples) and its documents' s
     .venv/bin/python benchmarks/pretrain_vs_hf.py            # CPU: bert-mini, 350k tokens per arm
     .venv/bin/python benchmarks/pretrain_vs_hf.py --quick    # a smoke run: bert-tiny, batch 8, 8k tokens
     .venv/bin/python benchmarks/pretrain_vs_hf.py --device cuda   # bf16 autocast, bert-base
+    .venv/bin/python benchmarks/pretrain_vs_hf.py --seeds 1,2,3,4 --arms hf-lines,bertforge-lines
+                                                                  # a seed study of two arms
 
-The table goes to stdout and to `benchmarks/results/pretrain_vs_hf.md` (+ `.json`); `--quick`
-writes into the work directory instead, so a smoke run never replaces a measurement.
+The table goes to stdout and to `benchmarks/results/pretrain_vs_hf.md` (+ `.json`), a seed study's
+to `pretrain_vs_hf_seeds.md`; `--quick` writes into the work directory instead, so a smoke run
+never replaces a measurement.
 """
 
 from __future__ import annotations
