@@ -80,10 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[yellow]interrupted[/]")
         return 130
     except Exception as error:  # a bug in bertforge, not the user's fault -- unless a peer rank died
-        peer_failure = describe_peer_failure(error)
         if debug:
             console.print_exception()
-        elif peer_failure is not None:
+        elif (peer_failure := peer_failure_line(error)) is not None:
             console.print(f"[bold red]error:[/] {escape(peer_failure)}", highlight=False, soft_wrap=True)
         else:
             console.print(f"[bold red]internal error:[/] {type(error).__name__}: {escape(str(error))} "
@@ -92,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         return INTERNAL_ERROR_EXIT_CODE
 
 
-def describe_peer_failure(error: BaseException) -> str | None:
-    """`train.distributed.describe_peer_failure`, without importing torch for commands that never loaded it."""
+def peer_failure_line(error: BaseException) -> str | None:
+    """`train.distributed.describe_peer_failure`; no collective ran, so none failed, if torch.distributed never loaded."""
     if "torch.distributed" not in sys.modules:
         return None
-    from bertforge.train.distributed import describe_peer_failure as describe
+    from bertforge.train.distributed import describe_peer_failure
 
-    return describe(error)
+    return describe_peer_failure(error)
 
 
 if __name__ == "__main__":
