@@ -36,6 +36,9 @@ fixed masks: the prepared validation split (packed samples) and its documents' s
     .venv/bin/python benchmarks/pretrain_vs_hf.py --device cuda   # bf16 autocast, bert-base
     .venv/bin/python benchmarks/pretrain_vs_hf.py --seeds 1,2,3,4 --arms hf-lines,bertforge-lines
                                                                   # a seed study of two arms
+    .venv/bin/python benchmarks/pretrain_vs_hf.py --model bert-tiny --batch-size 64 --lr 2e-3 --tokens 3000000 \
+        --arms bertforge,hf-group-texts --seeds 1,2,3 --downstream-seeds 3
+                      # pre-training's downstream effect: every model fine-tuned by the same code, 3 seeds each
 
 The table goes to stdout and to `benchmarks/results/pretrain_vs_hf.md` (+ `.json`), a seed study's
 to `pretrain_vs_hf_seeds.md`; `--quick` writes into the work directory instead, so a smoke run
@@ -589,6 +592,69 @@ def render_seed_study(report: dict[str, Any], arm_names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+DOWNSTREAM_SEEDS = (17, 2024, 31337, 7, 123, 99, 4242, 1)
+DOWNSTREAM_ROWS = {"train": 8000, "test": 2000}  # evenly spaced over the bundled splits, as the quickstart's
+
+
+def fine_tune_accuracy(model_dir: str, name: str, seed: int, work: Path, threads: int) -> float:
+    """Test accuracy of `model_dir` fine-tuned on WordNet supersense: the quickstart's fine-tuning recipe, one code
+    path for every arm (a fresh pooler and classifier on each: neither MLM model has a pooler)."""
+    import torch
+
+    from bertforge.config import load_config
+    from bertforge.data.bundled import supersense_labels, supersense_lines
+    from bertforge.tasks.classify import ClassificationTask
+    from bertforge.train.trainer import Trainer
+
+    torch.set_num_threads(threads)
+    files = {}
+    for split, rows in DOWNSTREAM_ROWS.items():
+        files[split] = work / "downstream" / f"supersense-{split}-{rows}.jsonl"
+        if not files[split].is_file():
+            write_atomically(files[split], "".join(supersense_lines(split, rows)))
+    recipe = REPO / "src" / "bertforge" / "recipes" / "quickstart-finetune-tiny.yaml"
+    run_name = f"{name}-ft{seed}"
+    config = load_config(recipe, [
+        f"run.output_dir={work / 'downstream'}", f"run.name={run_name}", f"run.seed={seed}", "run.device=cpu",
+        "run.resume=never", f"model.init_from={model_dir}", f"finetune.train_file={files['train']}",
+        f"finetune.test_file={files['test']}", f"finetune.labels=[{','.join(supersense_labels())}]",
+        "train.best_metric=null", "log.progress=false", "log.tensorboard=false"])
+    shutil.rmtree(work / "downstream" / run_name, ignore_errors=True)  # a re-run of the study starts afresh
+    result = Trainer(config, ClassificationTask(config)).fit()
+    return json.loads((result.run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
+
+
+def render_downstream(report: dict[str, Any], arm_names: list[str]) -> str:
+    """Fine-tuned test accuracy of every arm's model, mean ± std over pre-training and fine-tuning seeds."""
+    from scipy import stats
+
+    lines = report_header(report, "Pre-training vs Hugging Face: the downstream effect") + [
+        f"Each pre-trained model fine-tuned by the same bertforge code (the quickstart's recipe: "
+        f"`recipes/quickstart-finetune-tiny.yaml`, {DOWNSTREAM_ROWS['train']:,} train / {DOWNSTREAM_ROWS['test']:,} "
+        f"test supersense glosses, 3 epochs) with {report['settings']['downstream_seeds']} fine-tuning seed(s).", "",
+        "| arm | pre-training seed | MLM accuracy (packed validation) | fine-tuned test accuracy per seed | mean ± std |",
+        "|---|---:|---:|---|---:|"]
+    per_arm: dict[str, list[float]] = {name: [] for name in arm_names}
+    for run in report["runs"]:
+        accuracies = run["downstream"]
+        per_arm[run["arm"]] += accuracies
+        spread = f" ± {100 * statistics.stdev(accuracies):.2f}" if len(accuracies) > 1 else ""
+        lines.append(f"| {ARM_TITLES[run['arm']]} | {run['seed']} | {run['eval_packed']['accuracy']:.4f} | "
+                     + ", ".join(f"{100 * a:.2f}" for a in accuracies)
+                     + f" | {100 * statistics.fmean(accuracies):.2f}{spread} |")
+    lines.append("")
+    for name, values in per_arm.items():
+        spread = f" ± {100 * statistics.stdev(values):.2f}" if len(values) > 1 else ""
+        lines.append(f"- {ARM_TITLES[name]}: {100 * statistics.fmean(values):.2f}{spread} over {len(values)} runs")
+    if len(arm_names) == 2 and all(len(v) > 1 for v in per_arm.values()):
+        first, second = (per_arm[name] for name in arm_names)
+        test = stats.ttest_ind(first, second, equal_var=False)
+        lines.append(f"- {ARM_TITLES[arm_names[0]]} − {ARM_TITLES[arm_names[1]]} = "
+                     f"{100 * (statistics.fmean(first) - statistics.fmean(second)):+.2f} points "
+                     f"(Welch t = {test.statistic:.2f}, p = {test.pvalue:.2f})")
+    return "\n".join(lines) + "\n"
+
+
 def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
@@ -621,6 +687,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"the arms to train (default all: {','.join(ARMS)})")
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "pretrain_vs_hf"),
                         help="tokenizer, prepared data and the runs (reused: the data is prepared once)")
+    parser.add_argument("--downstream-seeds", type=int, default=0,
+                        help="also fine-tune every trained model on WordNet supersense with the same bertforge code, "
+                             "this many seeds each, and report test accuracy per arm (pre-training's downstream "
+                             "effect); the report then goes to pretrain_vs_hf_downstream.md")
     parser.add_argument("--run-arm", default=None, help=argparse.SUPPRESS)  # internal: the child process
     arguments = parser.parse_args()
     if arguments.run_arm is None:
@@ -724,12 +794,17 @@ def main() -> None:
                                          "extra")} | {
             "eval_packed": mlm_accuracy(result["model_dir"], packed, arguments.device),
             "eval_lines": mlm_accuracy(result["model_dir"], single, arguments.device)}
+    for (seed, arm), result in results.items():
+        runs[seed, arm]["downstream"] = [fine_tune_accuracy(result["model_dir"], f"{arm}-seed{seed}", fine_tune_seed,
+                                                            work, arguments.threads)
+                                         for fine_tune_seed in DOWNSTREAM_SEEDS[:arguments.downstream_seeds]]
     first_run = next(iter(runs.values()))
     report = {
         "command": command, "machine": machine,
         "settings": {"device": arguments.device, "model": arguments.model, "batch_size": arguments.batch_size,
                      "matched_batch_size": batch_sizes["bertforge-matched"],
                      "tokens": arguments.tokens, "lr": arguments.lr, "seeds": arguments.seeds,
+                     "downstream_seeds": arguments.downstream_seeds,
                      "warmup_steps": arguments.warmup_steps, "threads": arguments.threads,
                      "train_documents": train_documents, "validation_documents": validation_documents},
         "data": {"train_tokens": train_split["tokens"], "train_samples": train_split["samples"],
@@ -740,7 +815,10 @@ def main() -> None:
                        "lines": len(validation_lines),
                        "lines_masked_tokens": first_run["eval_lines"]["masked_tokens"]},
     }
-    if len(arguments.seeds) == 1 and arguments.arms == list(ARMS):
+    if arguments.downstream_seeds:
+        report["runs"] = [{"seed": seed, "arm": arm} | run for (seed, arm), run in runs.items()]
+        table, name = render_downstream(report, arguments.arms), "pretrain_vs_hf_downstream"
+    elif len(arguments.seeds) == 1 and arguments.arms == list(ARMS):
         report["arms"] = {arm: run for (_, arm), run in runs.items()}
         table, name = render(report), "pretrain_vs_hf"
     else:

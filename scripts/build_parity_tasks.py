@@ -1,0 +1,918 @@
+#!/usr/bin/env python3
+"""Build labeled fine-tuning tasks for the trainer parity benchmark from real text on a Debian machine.
+
+Unlike the bundled WordNet gloss -> supersense set (short texts, single sentence, 45 classes),
+these tasks have longer texts, a sentence-pair input or a regression target:
+
+* ``manpages`` (``apt-get install manpages manpages-dev``): the DESCRIPTION section of every
+  English man page in ``/usr/share/man/man1..man8`` -> its section number ("1".."8").
+  Classification, texts of 20..200 words, 80/10/10 split by sha1 of the text. Which pages
+  exist depends on the installed packages (``task.json`` lists them with their versions).
+* ``wordnet-pairs`` (``apt-get install wordnet-base``): two WordNet 3.0 noun definitions ->
+  "same" when the synsets share a direct hypernym (siblings), "different" otherwise; the
+  negatives come from the same lexicographer file. Sentence-pair classification, 50/50,
+  12,000 / 2,000 / 4,000 pairs.
+* ``wordnet-similarity`` (``wordnet-base``): two noun definitions -> the Wu-Palmer similarity of
+  their synsets on the noun hypernym graph, in [0, 1]. Sentence-pair regression, same sizes.
+* ``debian-sections`` (needs ``apt-get update``): a package's short description -> its archive
+  section. Built only where the apt lists exist (or when asked for by name).
+
+In the two WordNet tasks every synset belongs to one split, the split of its whole gloss in the
+bundled supersense set (sha1 of the gloss), and a pair is drawn only from synsets of one split:
+so a given synset pair is always in the same split, no definition is in two splits, and no
+validation/test definition is in the bundled pre-training corpus (which holds train glosses).
+
+Each task is written to ``DIR/<task>/{train,validation,test}.jsonl`` plus ``DIR/<task>/task.json``
+(columns, labels, counts, per-split sha1 and the Debian package versions used). The output is
+byte-for-byte reproducible from the same sources: sorted inputs, sha1-based splits, a seeded
+``random.Random(0)`` for the sampled pairs. Standard library only:
+
+    python scripts/build_parity_tasks.py                       # all tasks into ~/.cache/bertforge/tasks
+    python scripts/build_parity_tasks.py --tasks manpages --out /tmp/tasks --force
+"""
+
+import argparse
+import functools
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+
+def _load_build_samples() -> ModuleType:
+    """The sibling ``build_samples.py``, for its split rule, WordNet location and error type."""
+    name = "_bertforge_build_samples"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "build_samples.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load build_samples.py next to {__file__}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up in sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+_samples = _load_build_samples()
+BuildError = _samples.BuildError
+split_of: Callable[[str], str] = _samples.split_of  # 80/10/10 by sha1(text), the bundled samples' rule
+debian_version: Callable[[str], str] = _samples.debian_version
+
+WORDNET_DIR: Path = _samples.WORDNET_DIR
+MAN_DIR = Path("/usr/share/man")
+APT_LISTS_DIR = Path("/var/lib/apt/lists")
+DPKG_INFO_DIR = Path("/var/lib/dpkg/info")
+
+SPLITS = ("train", "validation", "test")
+TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "debian-sections")
+OPTIONAL_TASKS = ("debian-sections",)  # skipped with a note, not an error, when its source is absent
+TASK_FILE = "task.json"
+FORMAT_VERSION = 1
+
+MAN_SECTIONS = tuple(str(n) for n in range(1, 9))
+MAN_MIN_WORDS = 20
+MAN_MAX_WORDS = 200
+MAN_MIN_CLASS = 30
+
+PAIR_SIZES = {"train": 12_000, "validation": 2_000, "test": 4_000}
+SEED = 0
+ROOT_OFFSET = "00001740"  # entity.n.01, depth 1
+HYPERNYM_POINTERS = ("@", "@i")
+HISTOGRAM_BINS = 10
+
+DEBIAN_MIN_SECTION = 200
+DEBIAN_CAPS = {"train": 20_000, "validation": 4_000, "test": 4_000}
+
+
+@dataclass
+class Task:
+    """One built task: its rows per split and the metadata that goes into task.json."""
+
+    name: str
+    description: str
+    task_type: str  # "classification" | "regression"
+    text_pair_column: str | None
+    splits: dict[str, list[dict]]
+    sources: dict[str, str]
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def labels(self) -> list[str] | None:
+        if self.task_type != "classification":
+            return None
+        return sorted({row["label"] for rows in self.splits.values() for row in rows})
+
+
+def _require(path: Path, package: str, what: str = "") -> Path:
+    if not path.exists():
+        raise BuildError(f"{what or path} not found: install it with `apt-get install -y {package}`")
+    return path
+
+
+def _sha1_key(*parts: str) -> str:
+    return hashlib.sha1("\t".join(parts).encode("utf-8")).hexdigest()
+
+
+def _evenly_spaced(items: list, cap: int) -> list:
+    """At most cap items, evenly spaced through the list (all of it when it is short enough)."""
+    if len(items) <= cap:
+        return items
+    return [items[i * len(items) // cap] for i in range(cap)]
+
+
+# -------------------------------------------------------------------------------------- man pages
+
+_SH_RE = re.compile(r"\.SH(?:[ \t]+([^\n]*))?(?=\n|\Z)")  # at a line start: checked by the caller
+_REQUEST_RE = re.compile(r"^[.'][ \t]*(\S*)[ \t]*(.*)$")
+_FONT_MACROS = {"B", "I", "SM", "SB", "OP"}  # arguments joined with spaces
+_ALTERNATING_MACROS = {"BR", "RB", "BI", "IB", "IR", "RI"}  # arguments joined without spaces
+_SKIP_BLOCKS = {"TS": ".TE", "de": "..", "de1": "..", "am": "..", "ig": ".."}  # tables, macro definitions
+
+_SPECIAL_CHARS = {
+    "em": "\u2014", "en": "\u2013", "hy": "-", "mi": "-", "aq": "'", "dq": '"', "lq": '"', "rq": '"',
+    "oq": "'", "cq": "'", "ga": "`", "ti": "~", "ha": "^", "rs": "\\", "sl": "/", "ba": "|", "pl": "+",
+    "eq": "=", "lt": "<", "gt": ">", "<=": "<=", ">=": ">=", "->": "->", "<-": "<-", "co": "(C)",
+    "rg": "(R)", "tm": "(TM)", "de": "\u00b0", "mu": "x", "di": "/", "Fo": '"', "Fc": '"',
+}  # fmt: skip
+_STRINGS = {'L"': '"', 'R"': '"', "C`": '"', "C'": '"', "C+": "C++", "lq": '"', "rq": '"', "Tm": "(TM)", "R": "(R)"}
+_SINGLE_ESCAPES = {
+    "-": "-", "e": "\\", "E": "\\", "\\": "\\", " ": " ", "~": " ", "0": " ", "t": " ", ".": ".",
+    "'": "'", "`": "`", "&": "", ":": "", "%": "", "|": "", "^": "", "c": "", ")": "", ",": "", "/": "",
+    "d": "", "u": "", "r": "", "a": "", "p": "", "{": "", "}": "", "!": "", "?": "", "\n": "",
+}  # fmt: skip
+_ESCAPE_RE = re.compile(
+    r"""\\(?:
+        f(?:\(..|\[[^\]]*\]|.)                                  # font: \fB \f(CW \f[BI]
+      | s(?:[-+]?\(\d\d|\([-+]?\d\d|\[[^\]]*\]|'[^']*'|[-+]?\d)  # point size
+      | [nkgmMFVY](?:\(..|\[[^\]]*\]|.)                          # registers, colours, font family
+      | [NhvwoXbDlLRSxZABC](?P<delim>.)[^\n]*?(?P=delim)         # escapes with a delimited argument
+      | \*(?:\((?P<str2>..)|\[(?P<strn>[^\]]*)\]|(?P<str1>.))   # string interpolation
+      | \((?P<sc2>..)                                           # special character \(xx
+      | \[(?P<scn>[^\]]*)\]                                      # special character \[name]
+      | (?P<single>.)                                            # everything else: one character
+    )""",
+    re.X | re.S,
+)
+
+
+def _escape(m: re.Match[str]) -> str:
+    if (name := m.group("str2") or m.group("strn") or m.group("str1")) is not None:
+        return _STRINGS.get(name, "")
+    if (name := m.group("sc2") or m.group("scn")) is not None:
+        if name in _SPECIAL_CHARS:
+            return _SPECIAL_CHARS[name]
+        if re.fullmatch(r"u[0-9A-F]{4,6}", name):  # \[u2014]
+            return chr(int(name[1:], 16))
+        return " "
+    if (char := m.group("single")) is not None:
+        return _SINGLE_ESCAPES.get(char, char)
+    return ""  # font, size, register, motion... escapes carry no text
+
+
+def _strip_comment(line: str) -> str:
+    """Cut a line at its troff comment (\\" or \\#), skipping escaped backslashes."""
+    if '\\"' not in line and "\\#" not in line:
+        return line
+    for m in re.finditer(r"\\(.)", line):
+        if m.group(1) in "\"#":
+            return line[: m.start()]
+    return line
+
+
+def unescape(text: str) -> str:
+    """troff escapes -> plain text (font changes dropped, \\- -> -, \\(em -> dash, \\e -> backslash...)."""
+    return _ESCAPE_RE.sub(_escape, text)
+
+
+def split_arguments(args: str) -> list[str]:
+    """A troff request's arguments: blank-separated, double quotes group ("" is a literal quote)."""
+    out: list[str] = []
+    i, n = 0, len(args)
+    while i < n:
+        while i < n and args[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        buf: list[str] = []
+        if args[i] == '"':
+            i += 1
+            while i < n:
+                if args[i] == "\\" and i + 1 < n:
+                    buf.append(args[i : i + 2])
+                    i += 2
+                elif args[i] == '"':
+                    if i + 1 < n and args[i + 1] == '"':
+                        buf.append('"')
+                        i += 2
+                    else:
+                        i += 1
+                        break
+                else:
+                    buf.append(args[i])
+                    i += 1
+        else:
+            while i < n and args[i] not in " \t":
+                if args[i] == "\\" and i + 1 < n:
+                    buf.append(args[i : i + 2])
+                    i += 2
+                else:
+                    buf.append(args[i])
+                    i += 1
+        out.append("".join(buf))
+    return out
+
+
+def troff_to_text(body: str, max_words: int | None = None) -> str:
+    """Plain text of a man(7) source fragment: font macros keep their arguments, other requests go.
+
+    With max_words, only the first max_words words are returned (and only that much is parsed).
+    """
+    words: list[str] = []
+    end_of_block: str | None = None
+    for raw in body.split("\n"):
+        if max_words is not None and len(words) >= max_words:
+            break
+        if end_of_block is not None:
+            if raw.startswith(end_of_block):
+                end_of_block = None
+            continue
+        line = _strip_comment(raw)
+        if line[:1] in (".", "'"):
+            m = _REQUEST_RE.match(line)
+            name, args = (m.group(1), m.group(2)) if m else ("", "")
+            if name in _SKIP_BLOCKS:
+                end_of_block = _SKIP_BLOCKS[name]
+            elif name in _FONT_MACROS:
+                words += unescape(" ".join(split_arguments(args))).split()
+            elif name in _ALTERNATING_MACROS:
+                words += unescape("".join(split_arguments(args))).split()
+            continue  # any other request (.PP .TP .IP .RS .br .sp .nf .SS ...) has no text of its own
+        words += unescape(line).split()
+    return " ".join(words[:max_words])
+
+
+def _heading(m: re.Match[str], source: str) -> tuple[str, int]:
+    """A .SH heading's text and where its section body starts (the heading may be on the next line)."""
+    if m.group(1) and m.group(1).strip():
+        return m.group(1), m.end()
+    nl = source.find("\n", m.end() + 1)
+    nl = len(source) if nl < 0 else nl
+    return source[m.end() + 1 : nl], nl
+
+
+def man_description(source: str, max_words: int | None = None) -> str | None:
+    """The plain text of a man page's DESCRIPTION section (up to the next .SH), or None if it has none."""
+    start: int | None = None
+    for m in _SH_RE.finditer(source):
+        if m.start() > 0 and source[m.start() - 1] != "\n":
+            continue  # ".SH" inside a line
+        if start is not None:
+            return troff_to_text(source[start : m.start()], max_words)
+        title, body_start = _heading(m, source)
+        if " ".join(unescape(" ".join(split_arguments(title))).split()).upper() == "DESCRIPTION":
+            start = body_start
+    return None if start is None else troff_to_text(source[start:], max_words)
+
+
+def read_man_source(path: Path) -> str:
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        data = gzip.decompress(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _is_redirect(source: str) -> bool:
+    """A `.so other.1` page, man's way of making one page an alias of another."""
+    for line in source.split("\n", 20)[:20]:
+        if not line.strip() or line.startswith(('.\\"', "'\\\"")):
+            continue
+        return line.startswith(".so ") or line.startswith(".so\t")
+    return False
+
+
+def package_owners(paths: Iterable[Path], info_dir: Path = DPKG_INFO_DIR) -> dict[str, str]:
+    """Installed file path -> owning Debian package, from dpkg's file lists (empty where there are none)."""
+    wanted = {str(p) for p in paths}
+    owners: dict[str, str] = {}
+    if not info_dir.is_dir():
+        return owners
+    for lst in sorted(info_dir.glob("*.list")):
+        package = lst.name[: -len(".list")].split(":")[0]
+        try:
+            lines = lst.read_text(encoding="utf-8", errors="replace").split("\n")
+        except OSError:
+            continue
+        for line in lines:
+            if line in wanted and line not in owners:
+                owners[line] = package
+    return owners
+
+
+def debian_versions(packages: Iterable[str]) -> dict[str, str]:
+    """Versions of many installed packages with one dpkg-query call ("unknown" where it fails)."""
+    names = sorted(set(packages))
+    if not names:
+        return {}
+    versions = dict.fromkeys(names, "unknown")
+    try:
+        res = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Package}\t${Version}\n", *names], capture_output=True, text=True
+        )
+        for line in res.stdout.splitlines():
+            name, _, version = line.partition("\t")
+            if name in versions and version:
+                versions[name] = version
+    except OSError:
+        pass
+    return versions
+
+
+MAN_MAX_PER_PACKAGE = 1000
+
+
+def build_manpages(man_dir: Path = MAN_DIR, max_per_package: int | None = None) -> Task:
+    """Man page DESCRIPTION -> section. max_per_package keeps at most that many pages of any one
+    Debian package (evenly spaced in path order), against a package that ships thousands of pages."""
+    install = "`apt-get install -y manpages manpages-dev`"
+    pages = [
+        (section, path)
+        for section in MAN_SECTIONS
+        if (man_dir / f"man{section}").is_dir()
+        for path in sorted((man_dir / f"man{section}").iterdir())
+        if path.is_file() and not path.is_symlink()
+    ]
+    if not pages:
+        raise BuildError(f"no man pages in {man_dir}/man1..man8: install them with {install}")
+    stats = {"pages": len(pages), "unreadable": 0, "redirects": 0, "no_description": 0, "too_short": 0,
+             "duplicates": 0}  # fmt: skip
+    kept: dict[str, tuple[str, Path]] = {}  # text -> (section, path); first in sorted path order wins
+    for section, path in sorted(pages, key=lambda sp: str(sp[1])):
+        try:
+            source = read_man_source(path)
+        except (OSError, EOFError, gzip.BadGzipFile):
+            stats["unreadable"] += 1
+            continue
+        if _is_redirect(source):
+            stats["redirects"] += 1
+            continue
+        text = man_description(source, MAN_MAX_WORDS)
+        if text is None:
+            stats["no_description"] += 1
+            continue
+        words = text.split()
+        if len(words) < MAN_MIN_WORDS:
+            stats["too_short"] += 1
+            continue
+        text = " ".join(words[:MAN_MAX_WORDS])
+        if text in kept:
+            stats["duplicates"] += 1
+            continue
+        kept[text] = (section, path)
+
+    owners = package_owners(path for _, path in kept.values())
+
+    def owner(path: Path) -> str:
+        return owners.get(str(path), "(not from a package)")
+
+    stats["over_package_cap"] = 0
+    if max_per_package:
+        texts_of: dict[str, list[str]] = {}
+        for text, (_, path) in kept.items():  # in path order
+            texts_of.setdefault(owner(path), []).append(text)
+        keep = {text for texts in texts_of.values() for text in _evenly_spaced(texts, max_per_package)}
+        stats["over_package_cap"] = len(kept) - len(keep)
+        kept = {text: value for text, value in kept.items() if text in keep}
+
+    per_section: dict[str, int] = {}
+    for section, _ in kept.values():
+        per_section[section] = per_section.get(section, 0) + 1
+    dropped = {s: n for s, n in sorted(per_section.items()) if n < MAN_MIN_CLASS}
+    rows_by_split: dict[str, list[tuple[str, dict]]] = {split: [] for split in SPLITS}
+    for text, (section, path) in kept.items():
+        if section in dropped:
+            continue
+        row = {"text": text, "label": section, "id": path.relative_to(man_dir).as_posix()}
+        rows_by_split[split_of(text)].append((_sha1_key(text), row))
+    if len({row["label"] for rows in rows_by_split.values() for _, row in rows}) < 2:
+        raise BuildError(f"fewer than two man sections with {MAN_MIN_CLASS}+ pages in {man_dir}: install {install}")
+
+    used = [path for section, path in kept.values() if section not in dropped]
+    by_package: dict[str, int] = {}
+    for path in used:
+        by_package[owner(path)] = by_package.get(owner(path), 0) + 1
+    stats["kept"] = len(used)
+    return Task(
+        name="manpages",
+        description="DESCRIPTION section of an English man page (troff markup removed, first "
+        f"{MAN_MAX_WORDS} words) -> its manual section; 80/10/10 split by sha1 of the text",
+        task_type="classification",
+        text_pair_column=None,
+        splits={split: [row for _, row in sorted(rows, key=lambda kr: kr[0])] for split, rows in rows_by_split.items()},
+        sources=debian_versions(p for p in by_package if not p.startswith("(")),
+        extra={
+            "max_pages_per_package": max_per_package,
+            "page_stats": stats,
+            "dropped_sections": dropped,
+            "pages_per_package": dict(sorted(by_package.items(), key=lambda kv: (-kv[1], kv[0]))),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------- WordNet
+
+
+@dataclass(frozen=True)
+class Noun:
+    """A WordNet noun synset reduced to what the pair tasks need."""
+
+    offset: str
+    lexnum: int
+    gloss: str  # the whole gloss (definition and examples), as in the bundled supersense set
+    definition: str  # the gloss up to its first `; "` example
+    hypernyms: tuple[str, ...]  # direct hypernyms and instance hypernyms, sorted
+
+
+def definition_of(gloss: str) -> str:
+    """The definition part of a WordNet gloss: the text before the first `; "` example, stripped."""
+    definition = gloss.split('; "', 1)[0].strip()
+    return "" if definition.startswith('"') else definition
+
+
+def read_nouns(wordnet_dir: Path = WORDNET_DIR) -> dict[str, Noun]:
+    """All noun synsets of data.noun by offset, with their direct (instance) hypernyms."""
+    path = _require(wordnet_dir / "data.noun", "wordnet-base")
+    nouns: dict[str, Noun] = {}
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("  "):  # the license header
+                continue
+            head, sep, gloss = line.partition(" | ")
+            fields = head.split()
+            try:
+                w_cnt = int(fields[3], 16)  # the word count is hexadecimal
+                p_at = 4 + 2 * w_cnt
+                p_cnt = int(fields[p_at])
+                pointers = fields[p_at + 1 : p_at + 1 + 4 * p_cnt]
+                if not sep or fields[2] != "n" or len(pointers) != 4 * p_cnt:
+                    raise ValueError
+            except (IndexError, ValueError):
+                raise BuildError(f"unexpected line in {path}: {line[:80]!r}") from None
+            hypernyms = {
+                pointers[i + 1]
+                for i in range(0, len(pointers), 4)
+                if pointers[i] in HYPERNYM_POINTERS and pointers[i + 2] == "n"
+            }
+            gloss = gloss.strip()
+            nouns[fields[0]] = Noun(fields[0], int(fields[1]), gloss, definition_of(gloss), tuple(sorted(hypernyms)))
+    if ROOT_OFFSET not in nouns:
+        raise BuildError(f"entity.n.01 ({ROOT_OFFSET}) not in {path}: is this WordNet 3.0?")
+    return nouns
+
+
+class NounGraph:
+    """The noun hypernym graph and the split of every synset usable in a pair."""
+
+    def __init__(self, nouns: dict[str, Noun]) -> None:
+        self.nouns = nouns
+        children: dict[str, list[str]] = {}
+        for offset in sorted(nouns):
+            for h in nouns[offset].hypernyms:
+                children.setdefault(h, []).append(offset)
+        self.children = children
+        self._paths: dict[str, tuple[tuple[str, ...], ...]] = {}
+        # A synset's split is its whole gloss's split in the bundled supersense set, so a definition
+        # held out here is never in the bundled pre-training corpus; definitions that WordNet repeats
+        # across synsets of different splits are left out so no text is in two splits.
+        split = {o: split_of(n.gloss) for o, n in nouns.items() if n.definition}
+        splits_of_text: dict[str, set[str]] = {}
+        for o, s in split.items():
+            splits_of_text.setdefault(nouns[o].definition, set()).add(s)
+        self.split = {o: s for o, s in split.items() if len(splits_of_text[nouns[o].definition]) == 1}
+        self.members = {s: sorted(o for o, x in self.split.items() if x == s) for s in SPLITS}
+        self.by_lex: dict[str, dict[int, list[str]]] = {s: {} for s in SPLITS}
+        for s in SPLITS:
+            for o in self.members[s]:
+                self.by_lex[s].setdefault(nouns[o].lexnum, []).append(o)
+
+    def paths(self, offset: str) -> tuple[tuple[str, ...], ...]:
+        """Every hypernym path from entity.n.01 down to offset (both included)."""
+        if offset in self._paths:
+            return self._paths[offset]
+        if offset == ROOT_OFFSET:
+            result: tuple[tuple[str, ...], ...] = ((offset,),)
+        else:
+            hypernyms = self.nouns[offset].hypernyms
+            if not hypernyms:
+                raise BuildError(f"noun synset {offset} has no path to entity.n.01")
+            result = tuple(p + (offset,) for h in hypernyms for p in self.paths(h))
+        self._paths[offset] = result
+        return result
+
+    def wup(self, a: str, b: str) -> float:
+        """Wu-Palmer similarity 2*depth(lcs) / (depth(a)+depth(b)), the max over hypernym paths."""
+        best = 0.0
+        for pa in self.paths(a):
+            for pb in self.paths(b):
+                k = 0
+                for x, y in zip(pa, pb, strict=False):
+                    if x != y:
+                        break
+                    k += 1
+                best = max(best, 2 * k / (len(pa) + len(pb)))
+        return round(best, 4)
+
+    def siblings(self, a: str, split: str) -> list[str]:
+        """Synsets of the split sharing a direct hypernym with a, with another definition."""
+        text = self.nouns[a].definition
+        found = {
+            c
+            for h in self.nouns[a].hypernyms
+            for c in self.children.get(h, ())
+            if c != a and self.split.get(c) == split and self.nouns[c].definition != text
+        }
+        return sorted(found)
+
+    def pair_row(self, a: str, b: str, label: object) -> dict[str, object]:
+        return {"text": self.nouns[a].definition, "text_pair": self.nouns[b].definition, "label": label}
+
+
+def _quotas(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+class PairSet:
+    """Sampled pairs, unique by synset pair and by text pair (WordNet repeats some definitions)."""
+
+    def __init__(self, graph: NounGraph) -> None:
+        self.graph = graph
+        self.rows: dict[tuple[str, str], dict] = {}
+        self.texts: set[tuple[str, str]] = set()
+
+    def add(self, a: str, b: str, label: Callable[[], object]) -> bool:
+        key = (min(a, b), max(a, b))
+        first, second = sorted((self.graph.nouns[a].definition, self.graph.nouns[b].definition))
+        texts = (first, second)
+        if a == b or texts[0] == texts[1] or key in self.rows or texts in self.texts:
+            return False
+        self.rows[key] = self.graph.pair_row(a, b, label())
+        self.texts.add(texts)
+        return True
+
+    def sorted_rows(self) -> list[dict]:
+        """Rows in the order of sha1 of their sorted synset-offset pair (a fixed shuffle)."""
+        return [row for _, row in sorted(self.rows.items(), key=lambda kv: _sha1_key(*kv[0]))]
+
+
+def _wordnet_sources() -> dict[str, str]:
+    return {"wordnet-base": debian_version("wordnet-base")}
+
+
+def build_wordnet_pairs(wordnet_dir: Path = WORDNET_DIR, graph: NounGraph | None = None) -> Task:
+    graph = graph or NounGraph(read_nouns(wordnet_dir))
+    nouns = graph.nouns
+    rng = random.Random(SEED)
+    splits: dict[str, list[dict]] = {}
+    for split in SPLITS:
+        need = PAIR_SIZES[split] // 2
+        anchors = list(graph.members[split])
+        rng.shuffle(anchors)
+        pairs = PairSet(graph)
+        positives = negatives = 0
+        for _ in range(5):  # passes over the anchors; one is almost always enough
+            for a in anchors:
+                if positives < need and (siblings := graph.siblings(a, split)):
+                    if pairs.add(a, rng.choice(siblings), lambda: "same"):
+                        positives += 1
+                if negatives < need:
+                    pool = graph.by_lex[split][nouns[a].lexnum]
+                    hypernyms = set(nouns[a].hypernyms)
+                    for _ in range(20):
+                        b = rng.choice(pool)
+                        if not hypernyms.intersection(nouns[b].hypernyms) and pairs.add(a, b, lambda: "different"):
+                            negatives += 1
+                            break
+                if positives >= need and negatives >= need:
+                    break
+            if positives >= need and negatives >= need:
+                break
+        if positives < need or negatives < need:
+            raise BuildError(f"wordnet-pairs: only {positives}+{negatives} of {2 * need} pairs in {split}")
+        splits[split] = pairs.sorted_rows()
+    return Task(
+        name="wordnet-pairs",
+        description="two WordNet 3.0 noun definitions -> 'same' if the synsets share a direct "
+        "(instance) hypernym, else 'different' (negatives from the same lexicographer file); "
+        "every synset in one split (its gloss's supersense split)",
+        task_type="classification",
+        text_pair_column="text_pair",
+        splits=splits,
+        sources=_wordnet_sources(),
+    )
+
+
+def _related_partner(graph: NounGraph, a: str, split: str, rng: random.Random) -> str | None:
+    """A sibling, cousin or second cousin of a in the split: up 1..3 hypernym levels, down as many."""
+    levels = rng.choice((1, 2, 3))
+    for _ in range(30):
+        node = a
+        for _ in range(levels):
+            hypernyms = graph.nouns[node].hypernyms
+            if not hypernyms:
+                break
+            node = rng.choice(hypernyms)
+        for _ in range(levels):
+            below = graph.children.get(node)
+            if not below:
+                break
+            node = rng.choice(below)
+        if node != a and graph.split.get(node) == split and graph.nouns[node].definition != graph.nouns[a].definition:
+            return node
+    return None
+
+
+def histogram(values: Iterable[float], bins: int = HISTOGRAM_BINS) -> list[int]:
+    """Counts of values in [0, 1] over equal-width bins (1.0 falls into the last one)."""
+    counts = [0] * bins
+    for v in values:
+        counts[min(int(v * bins), bins - 1)] += 1
+    return counts
+
+
+def build_wordnet_similarity(wordnet_dir: Path = WORDNET_DIR, graph: NounGraph | None = None) -> Task:
+    graph = graph or NounGraph(read_nouns(wordnet_dir))
+    nouns = graph.nouns
+    rng = random.Random(SEED)
+    splits: dict[str, list[dict]] = {}
+    kinds = ("related", "same_lexfile", "other_lexfile")
+    for split in SPLITS:
+        quota = dict(zip(kinds, _quotas(PAIR_SIZES[split], len(kinds)), strict=True))
+        members = graph.members[split]
+        anchors = list(members)
+        rng.shuffle(anchors)
+        pairs = PairSet(graph)
+        got = dict.fromkeys(kinds, 0)
+        for _ in range(5):
+            for a in anchors:
+                for kind in kinds:
+                    if got[kind] >= quota[kind]:
+                        continue
+                    if kind == "related":
+                        b = _related_partner(graph, a, split, rng)
+                    elif kind == "same_lexfile":
+                        b = rng.choice(graph.by_lex[split][nouns[a].lexnum])
+                    else:
+                        b = rng.choice(members)
+                        if nouns[b].lexnum == nouns[a].lexnum:
+                            continue
+                    if b is not None and pairs.add(a, b, functools.partial(graph.wup, a, b)):
+                        got[kind] += 1
+                        break  # one pair per anchor and pass, kinds in turn
+                if got == quota:
+                    break
+            if got == quota:
+                break
+        if got != quota:
+            raise BuildError(f"wordnet-similarity: only {got} of {quota} pairs in {split}")
+        splits[split] = pairs.sorted_rows()
+    return Task(
+        name="wordnet-similarity",
+        description="two WordNet 3.0 noun definitions -> Wu-Palmer similarity of the synsets on the "
+        "noun hypernym graph (@ and @i; entity.n.01 at depth 1; max over hypernym paths), 4 decimals; "
+        "1/3 siblings or cousins, 1/3 random pairs within a lexicographer file, 1/3 across files",
+        task_type="regression",
+        text_pair_column="text_pair",
+        splits=splits,
+        sources=_wordnet_sources(),
+        extra={"pair_kinds": {split: dict(zip(kinds, _quotas(PAIR_SIZES[split], len(kinds)), strict=True))
+                              for split in SPLITS}},  # fmt: skip
+    )
+
+
+# -------------------------------------------------------------------------------- Debian sections
+
+
+def apt_lists_present(lists_dir: Path = APT_LISTS_DIR) -> bool:
+    return shutil.which("apt-cache") is not None and any(lists_dir.glob("*_Packages*"))
+
+
+def build_debian_sections(lists_dir: Path = APT_LISTS_DIR) -> Task:
+    if not apt_lists_present(lists_dir):
+        raise BuildError(f"no apt package lists in {lists_dir}: run `apt-get update` (and install apt)")
+    env = {**os.environ, "LC_ALL": "C"}
+    out = subprocess.run(["apt-cache", "dumpavail"], check=True, capture_output=True, env=env).stdout
+    packages: list[tuple[str, str, str]] = []  # (package, section, short description)
+    for stanza in out.decode("utf-8", errors="replace").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.split("\n"):
+            key, sep, value = line.partition(": ")
+            if sep and not line.startswith(" ") and key in ("Package", "Section", "Description"):
+                fields[key] = value.strip()
+        if fields.get("Package") and fields.get("Section") and fields.get("Description"):
+            section = fields["Section"].rsplit("/", 1)[-1]  # contrib/net -> net
+            packages.append((fields["Package"], section, " ".join(fields["Description"].split())))
+    by_text: dict[str, tuple[str, str]] = {}  # description -> (section, package); first package by name
+    conflicting: set[str] = set()
+    for package, section, text in sorted(packages):
+        if text in by_text:
+            if by_text[text][0] != section:
+                conflicting.add(text)
+            continue
+        by_text[text] = (section, package)
+    per_section: dict[str, int] = {}
+    for section, _ in by_text.values():
+        per_section[section] = per_section.get(section, 0) + 1
+    keep = {s for s, n in per_section.items() if n >= DEBIAN_MIN_SECTION}
+    by_split: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    for text, (section, package) in sorted(by_text.items(), key=lambda kv: (kv[1][0], kv[0])):
+        if section in keep:
+            by_split[split_of(text)].append({"text": text, "label": section, "id": package})
+    splits = {
+        split: sorted(_evenly_spaced(rows, DEBIAN_CAPS[split]), key=lambda r: _sha1_key(r["text"]))
+        for split, rows in by_split.items()
+    }
+    return Task(
+        name="debian-sections",
+        description="short description of a Debian package -> its archive section (area prefix "
+        f"removed; sections with {DEBIAN_MIN_SECTION}+ packages); 80/10/10 split by sha1 of the "
+        "description, capped by evenly spaced rows of the (section, description)-sorted split",
+        task_type="classification",
+        text_pair_column=None,
+        splits=splits,
+        sources={"apt": debian_version("apt")},
+        extra={
+            "packages": len(packages),
+            "distinct_descriptions": len(by_text),
+            "descriptions_with_several_sections": len(conflicting),
+            "sections_dropped": len(per_section) - len(keep),
+            "rows_before_caps": {split: len(rows) for split, rows in by_split.items()},
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+def jsonl_bytes(rows: Iterable[dict]) -> bytes:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same directory and os.replace, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # open() honours the umask, mkstemp would not
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def label_summary(task: Task) -> dict[str, object]:
+    if task.task_type == "classification":
+        counts = {}
+        for split, rows in task.splits.items():
+            c: dict[str, int] = {}
+            for row in rows:
+                c[row["label"]] = c.get(row["label"], 0) + 1
+            counts[split] = dict(sorted(c.items()))
+        return {"label_counts": counts}
+    return {
+        "label_histogram": {
+            "bins": [round(i / HISTOGRAM_BINS, 2) for i in range(HISTOGRAM_BINS + 1)],
+            **{split: histogram(row["label"] for row in rows) for split, rows in task.splits.items()},
+        },
+        "label_mean": {
+            split: round(sum(row["label"] for row in rows) / max(len(rows), 1), 4)
+            for split, rows in task.splits.items()
+        },
+    }
+
+
+def task_files(task: Task) -> tuple[dict[str, bytes], bytes]:
+    """The bytes of each split file and of task.json."""
+    files = {f"{split}.jsonl": jsonl_bytes(task.splits[split]) for split in SPLITS}
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "task": task.name,
+        "description": task.description,
+        "task_type": task.task_type,
+        "text_column": "text",
+        "text_pair_column": task.text_pair_column,
+        "label_column": "label",
+        "labels": task.labels(),
+        "counts": {split: len(task.splits[split]) for split in SPLITS},
+        **label_summary(task),
+        "files": {name: {"sha1": hashlib.sha1(data).hexdigest(), "bytes": len(data)} for name, data in files.items()},
+        "sources": task.sources,
+        "generator": "scripts/build_parity_tasks.py",
+        **task.extra,
+    }
+    return files, (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_task(task: Task, out_dir: Path, force: bool = False) -> bool:
+    """Write the task's files (task.json last); False if task.json and every file are already current."""
+    task_dir = out_dir / task.name
+    files, meta = task_files(task)
+    meta_path = task_dir / TASK_FILE
+    if not force and meta_path.is_file() and meta_path.read_bytes() == meta:
+        current = json.loads(meta)["files"]
+        if all(
+            (task_dir / name).is_file() and hashlib.sha1((task_dir / name).read_bytes()).hexdigest() == entry["sha1"]
+            for name, entry in current.items()
+        ):
+            return False
+    task_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        write_atomic(task_dir / name, data)
+    write_atomic(meta_path, meta)
+    return True
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def default_out() -> Path:
+    cache = os.environ.get("BERTFORGE_CACHE")
+    return (Path(cache) if cache else Path.home() / ".cache" / "bertforge") / "tasks"
+
+
+def _parse_tasks(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TASKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown task(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(TASKS)}")
+    return list(dict.fromkeys(names))
+
+
+def summary_line(task: Task, task_dir: Path, wrote: bool) -> str:
+    counts = ", ".join(f"{split} {len(task.splits[split]):,}" for split in SPLITS)
+    if task.task_type == "classification":
+        totals: dict[str, int] = {}
+        for rows in task.splits.values():
+            for row in rows:
+                totals[row["label"]] = totals.get(row["label"], 0) + 1
+        labels = "labels " + " ".join(f"{k}:{v}" for k, v in sorted(totals.items()))
+    else:
+        values = [row["label"] for rows in task.splits.values() for row in rows]
+        labels = f"label mean {sum(values) / len(values):.3f}, histogram {histogram(values)}"
+    return f"{task.name}: {counts}; {labels} -> {task_dir} ({'written' if wrote else 'up to date'})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: $BERTFORGE_CACHE/tasks "
+                        "or ~/.cache/bertforge/tasks)")  # fmt: skip
+    parser.add_argument("--tasks", type=_parse_tasks, default=None, help=f"comma-separated subset of {','.join(TASKS)}")
+    parser.add_argument("--force", action="store_true", help="rewrite tasks whose task.json is unchanged")
+    parser.add_argument("--wordnet-dir", type=Path, default=WORDNET_DIR, help="WordNet data.* directory")
+    parser.add_argument("--man-dir", type=Path, default=MAN_DIR, help="directory holding man1..man8")
+    # one package can dwarf the rest (google-cloud-cli ships ~16,000 templated pages in man1)
+    parser.add_argument("--man-max-per-package", type=int, default=MAN_MAX_PER_PACKAGE, metavar="N",
+                        help=f"manpages: keep at most N pages of any one package (default {MAN_MAX_PER_PACKAGE})")  # fmt: skip
+    args = parser.parse_args(argv)
+    out_dir: Path = args.out or default_out()
+    explicit = args.tasks is not None
+    names: list[str] = args.tasks or list(TASKS)
+    start = time.perf_counter()
+    graph: NounGraph | None = None
+    try:
+        for name in names:
+            if name in OPTIONAL_TASKS and not explicit and not apt_lists_present():
+                print(f"{name}: skipped, no apt package lists (run `apt-get update` to build it)")
+                continue
+            if name.startswith("wordnet-") and graph is None:
+                graph = NounGraph(read_nouns(args.wordnet_dir))
+            if name == "manpages":
+                task = build_manpages(args.man_dir, args.man_max_per_package)
+            elif name == "wordnet-pairs":
+                task = build_wordnet_pairs(graph=graph)
+            elif name == "wordnet-similarity":
+                task = build_wordnet_similarity(graph=graph)
+            else:
+                task = build_debian_sections()
+            wrote = write_task(task, out_dir, force=args.force)
+            print(summary_line(task, out_dir / task.name, wrote), flush=True)
+    except (BuildError, subprocess.CalledProcessError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"done in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
