@@ -179,7 +179,17 @@ def hf_model(source: Path, task: TaskData, *, dropout: bool) -> Any:
 # bertforge
 
 
-def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool) -> dict:
+@dataclass(frozen=True)
+class BertforgeOptions:
+    """Settings of bertforge's side that are not like for like with HF (for what-if rows); the defaults are."""
+
+    pooling: str | None = None  # None keeps BERT's pooler, as BertForSequenceClassification
+    betas: tuple[float, float] = (0.9, 0.999)  # HF Trainer's defaults
+    eps: float = 1e-8
+
+
+def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
+                    options: BertforgeOptions) -> dict:
     """`bertforge finetune`'s YAML for this run (written to disk and loaded as a user's would be)."""
     finetune: dict[str, Any] = {"task_type": task.task_type, "train_file": str(workdir / f"{task.name}-train.jsonl"),
                                 "max_length": MAX_LENGTH}
@@ -188,13 +198,15 @@ def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init:
     if task.labels:
         finetune["labels"] = task.labels
     model: dict[str, Any] = {"init_from": str(init)}
+    if options.pooling is not None:
+        model["pooling"] = options.pooling
     if not dropout:
         model |= {"hidden_dropout": 0.0, "attention_dropout": 0.0, "classifier_dropout": 0.0}
     return {
         "run": {"output_dir": str(workdir), "name": f"bertforge-{task.name}-seed{seed}-{time.monotonic_ns()}",
                 "seed": seed, "device": "cpu"},
         "model": model, "finetune": finetune,
-        "optim": {"name": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY, "betas": [0.9, 0.999], "eps": 1e-8,
+        "optim": {"name": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY, "betas": list(options.betas), "eps": options.eps,
                   "clip_grad_norm": 1.0},
         "schedule": {"name": "linear", "warmup": WARMUP},
         # a loss line per step: the matched mode compares whole runs step by step
@@ -204,7 +216,8 @@ def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init:
     }
 
 
-def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool) -> RunResult:
+def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
+                  options: BertforgeOptions = BertforgeOptions()) -> RunResult:
     from bertforge.config import load_config
     from bertforge.data.labeled import LabeledDataset, LabeledSplit, collate_unpadded
     from bertforge.inference import outputs_of
@@ -213,7 +226,7 @@ def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: P
     from bertforge.train.trainer import Trainer
 
     config_file = workdir / "finetune.yaml"
-    config_file.write_text(yaml.safe_dump(finetune_config(workdir, task, seed, epochs, init, dropout)))
+    config_file.write_text(yaml.safe_dump(finetune_config(workdir, task, seed, epochs, init, dropout, options)))
     config = load_config(config_file)
     classify = ClassificationTask(config)
     trainer = Trainer(config, classify)
@@ -362,7 +375,8 @@ class Side:
 
     @property
     def epoch_seconds(self) -> float:
-        return statistics.mean(r.epoch_seconds for r in self.results)
+        """The median: robust to a run slowed by a passing background job."""
+        return statistics.median(r.epoch_seconds for r in self.results)
 
 
 def comparison_row(label: str, ours: Side, theirs: Side) -> str:
@@ -384,7 +398,8 @@ RUNS: dict[tuple, RunResult] = {}  # one process's runs, by what determines them
 
 
 def run_pair(workdir: Path, model_dir: Path, task: TaskData, seed: int, epochs: int, matching: Matching,
-             index: int) -> tuple[RunResult, RunResult]:
+             index: int, options: BertforgeOptions = BertforgeOptions(), sides: tuple[str, ...] = ("bertforge", "HF"),
+             ) -> tuple[RunResult | None, RunResult | None]:
     """Both sides' runs under `matching`, each reused when an earlier configuration already ran it.
 
     A side's run depends only on the settings that reach it: bertforge's on the initial weights and
@@ -392,22 +407,22 @@ def run_pair(workdir: Path, model_dir: Path, task: TaskData, seed: int, epochs: 
     initial weights, because the shared initial model *is* HF's own seeded draw (`shared_initial_model`).
     """
     init = shared_initial_model(workdir, model_dir, task, seed) if matching.init else model_dir
-    keys = {"bertforge": (task.name, seed, epochs, "bertforge", matching.init, matching.dropout),
+    keys = {"bertforge": (task.name, seed, epochs, "bertforge", matching.init, matching.dropout, options),
             "HF": (task.name, seed, epochs, "HF", matching.order, matching.dropout, matching.schedule,
                    matching.partial_batches)}
-    sides = [("bertforge", lambda: run_bertforge(workdir, task, seed, epochs, init, dropout=not matching.dropout)),
+    sides_to_run = [("bertforge", lambda: run_bertforge(workdir, task, seed, epochs, init, not matching.dropout, options)),
              ("HF", lambda: run_hf(workdir, task, seed, epochs, init, matching))]
     if index % 2:  # alternate the order so slow drift in background load does not favour one side
-        sides.reverse()
-    for name, run in sides:
-        if keys[name] in RUNS:
+        sides_to_run.reverse()
+    for name, run in sides_to_run:
+        if name not in sides or keys[name] in RUNS:
             continue
         started = time.perf_counter()
         RUNS[keys[name]] = result = run()
         print(f"{task.name} seed {seed} {name} {matching}: {task.metric} {100 * result.metric:.2f}, "
               f"{result.epoch_seconds:.1f} s/epoch ({time.perf_counter() - started:.0f} s in all)",
               file=sys.stderr, flush=True)
-    return RUNS[keys["bertforge"]], RUNS[keys["HF"]]
+    return RUNS.get(keys["bertforge"]), RUNS.get(keys["HF"])
 
 
 def describe(task: TaskData, epochs: int) -> str:
@@ -417,18 +432,26 @@ def describe(task: TaskData, epochs: int) -> str:
 
 
 def parity_mode(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tuple[str, dict]:
+    options = BertforgeOptions(args.bertforge_pooling, tuple(args.bertforge_adam[:2]), args.bertforge_adam[2])
     lines, raw = [TABLE_HEAD.format(first="task")], {}
-    notes = []
+    notes = [f"- bertforge's side: {options}"] if options != BertforgeOptions() else []
     for name in args.tasks:
         task = load_task(name, args.train_rows, args.test_rows)
         ours, theirs = Side(), Side()
         for index, seed in enumerate(args.seed_list):
-            a, b = run_pair(workdir, model_dir, task, seed, args.epochs, Matching(), index)
-            ours.results.append(a)
-            theirs.results.append(b)
-        lines.append(comparison_row(name, ours, theirs))
-        notes.append(f"- {describe(task, args.epochs)}; token positions per epoch: bertforge "
-                     f"{ours.results[0].positions_per_epoch:,}, HF {theirs.results[0].positions_per_epoch:,}")
+            a, b = run_pair(workdir, model_dir, task, seed, args.epochs, Matching(), index, options, args.sides)
+            ours.results += [a] if a is not None else []
+            theirs.results += [b] if b is not None else []
+        if ours.results and theirs.results:
+            lines.append(comparison_row(name, ours, theirs))
+        else:  # one side only: compare with the other side's numbers from another run
+            side = ours if ours.results else theirs
+            lines.append(f"| {name} ({'bertforge' if ours.results else 'HF'} only) | {mean_std(side.metrics)} | "
+                         f"per seed: {', '.join(f'{100 * m:.2f}' for m in side.metrics)} | | "
+                         f"{side.epoch_seconds:.1f} | | |")
+        notes.append(f"- {describe(task, args.epochs)}; token positions per epoch: " + ", ".join(
+            f"{label} {side.results[0].positions_per_epoch:,}" for label, side in (("bertforge", ours), ("HF", theirs))
+            if side.results))
         raw[name] = {"bertforge": ours.metrics, "hf": theirs.metrics,
                      "bertforge_epoch_seconds": [r.epoch_seconds for r in ours.results],
                      "hf_epoch_seconds": [r.epoch_seconds for r in theirs.results]}
@@ -493,6 +516,13 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="start at this index of the seed list (to split "
                         "a study over processes)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--bertforge-pooling", choices=("pooler", "cls", "mean"), default=None,
+                        help="bertforge's model.pooling (default: BERT's pooler, as HF); `mean` is how "
+                             "all-MiniLM-L6-v2 was trained: not like for like, shown for what it gives")
+    parser.add_argument("--bertforge-adam", type=lambda s: [float(x) for x in s.split(",")], default=[0.9, 0.999, 1e-8],
+                        help="bertforge's AdamW beta1,beta2,eps (default HF Trainer's 0.9,0.999,1e-8)")
+    parser.add_argument("--sides", type=lambda s: tuple(s.split(",")), default=("bertforge", "HF"),
+                        help="parity mode: run only one side (bertforge or HF), e.g. for a what-if of bertforge's")
     parser.add_argument("--quick", action="store_true", help="smoke test: 128 rows, 1 epoch, 1 seed")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args()
