@@ -95,3 +95,25 @@ def test_error_text_with_brackets_is_printed_verbatim() -> None:
     done = run_cli("train", "--task", "missing[MASK].py:Task", str(ROOT / "configs" / "pretrain" / "bert-base.yaml"))
     assert done.returncode == 2
     assert "missing[MASK].py does not exist" in done.stderr
+
+
+def test_finetune_starts_from_fine_tuning_optimizer_defaults_and_pretrain_keeps_its_own(tmp_path: Path) -> None:
+    """HF Trainer's / BERT's AdamW for fine-tuning (lr 5e-5, betas 0.9/0.999, eps 1e-8): with the
+    pre-training betas and eps, MiniLM on supersense scored 0.21 points lower over 10 paired seeds."""
+    minimal = tmp_path / "minimal.yaml"
+    minimal.write_text("finetune:\n  train_file: train.csv\n", encoding="utf-8")
+    finetune = run_cli("finetune", str(minimal), "--print-config")
+    assert finetune.returncode == 0, finetune.stderr
+    optim = load_config(_written(tmp_path / "finetune.yaml", finetune.stdout)).optim
+    assert (optim.lr, optim.betas, optim.eps) == (5e-5, [0.9, 0.999], 1e-8)
+    kept = run_cli("finetune", str(minimal), "optim.betas=[0.9,0.98]", "optim.lr=2e-4", "--print-config")
+    optim = load_config(_written(tmp_path / "kept.yaml", kept.stdout)).optim
+    assert (optim.lr, optim.betas, optim.eps) == (2e-4, [0.9, 0.98], 1e-8)  # what the user set wins
+    pretrain = run_cli("pretrain", str(minimal), "--print-config")
+    optim = load_config(_written(tmp_path / "pretrain.yaml", pretrain.stdout)).optim
+    assert (optim.lr, optim.betas, optim.eps) == (5e-4, [0.9, 0.98], 1e-6)
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

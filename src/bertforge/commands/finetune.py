@@ -29,12 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.config import finetune_defaults
     from bertforge.console import stdout_console
     from bertforge.inference import quiet_transformers
     from bertforge.tasks.classify import ClassificationTask
     from bertforge.train.trainer import Trainer
 
-    config = resolve_config(args)
+    config = resolve_config(args, base=finetune_defaults())
     if config is None:
         return 0
     quiet_transformers()
