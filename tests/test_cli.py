@@ -99,7 +99,7 @@ def test_error_text_with_brackets_is_printed_verbatim() -> None:
 
 def test_finetune_starts_from_fine_tuning_optimizer_defaults_and_pretrain_keeps_its_own(tmp_path: Path) -> None:
     """HF Trainer's / BERT's AdamW for fine-tuning (lr 5e-5, betas 0.9/0.999, eps 1e-8): with the
-    pre-training betas and eps, MiniLM on supersense scored 0.21 points lower over 10 paired seeds."""
+    pre-training betas and eps, MiniLM on supersense scored 0.21 points lower over 10 paired seeds (p = 0.05)."""
     minimal = tmp_path / "minimal.yaml"
     minimal.write_text("finetune:\n  train_file: train.csv\n", encoding="utf-8")
     finetune = run_cli("finetune", str(minimal), "--print-config")
