@@ -65,3 +65,30 @@ def test_a_whole_matched_run_follows_hf_trainer_step_for_step_and_predicts_the_s
         assert abs(a - b) <= 1e-4, f"step {step}: bertforge {a:.6f} vs HF {b:.6f}"
     assert ours.step_losses[-1] < ours.step_losses[0]
     assert (ours.predictions == theirs.predictions).all()
+
+
+def test_long_texts_and_pairs_are_encoded_exactly_as_the_transformers_tokenizer_does(minilm_dir: Path) -> None:
+    """Truncation, [SEP] placement and segment ids for texts longer than max_length and for pairs
+    (one long side, or both): the ids HF `Trainer` would be fed, token for token."""
+    import gzip
+
+    import transformers
+
+    from bertforge.data.bundled import corpus_path
+    from bertforge.data.labeled import bert_tokenizer
+
+    documents = gzip.decompress(corpus_path().read_bytes()).decode("utf-8").split("\n\n")[:40]
+    chapters = [document.replace("\n", " ") for document in documents]  # hundreds of tokens each
+    verses = [document.split("\n")[0] for document in documents]
+    glosses = [json.loads(line)["text"] for line in supersense_lines("test", 40)]
+    hf = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
+    ours = bert_tokenizer(minilm_dir, 128)
+    cases = {"long single texts": (chapters, None), "long first, short second": (chapters, glosses),
+             "short first, long second": (verses, chapters), "both long": (chapters, chapters[::-1]),
+             "short pairs": (glosses, verses)}
+    for name, (first, second) in cases.items():
+        expected = hf(first, second, truncation=True, max_length=128)
+        encoded = ours.encode_batch(first if second is None else list(zip(first, second, strict=True)))
+        assert [e.ids for e in encoded] == expected["input_ids"], name
+        assert [e.type_ids for e in encoded] == expected["token_type_ids"], name
+    assert max(len(ids) for ids in hf(chapters, truncation=True, max_length=128)["input_ids"]) == 128
