@@ -231,6 +231,8 @@ def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: P
     classify = ClassificationTask(config)
     trainer = Trainer(config, classify)
     result = trainer.fit()
+    if result.stopped_by == "signal":  # the trainer saved a checkpoint and returned: stop the study too
+        raise SystemExit(f"stopped by a signal during {result.run_dir.name}")
     losses = [json.loads(line)["loss"] for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()
               if json.loads(line).get("split") == "train" and "loss" in json.loads(line)]
     test_split = LabeledSplit("test", task.task_type, [r["text"] for r in task.test],
