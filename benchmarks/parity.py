@@ -179,6 +179,17 @@ def hf_model(source: Path, task: TaskData, *, dropout: bool) -> Any:
 # bertforge
 
 
+def train_file(workdir: Path, task: TaskData) -> Path:
+    """The task's training rows as the jsonl `bertforge finetune` reads, written on first use."""
+    path = workdir / f"{task.name}-{len(task.train)}-train.jsonl"
+    if not path.is_file():
+        path.write_text("".join(
+            json.dumps({"text": r["text"], **({"text_pair": r["text_pair"]} if task.pair else {}),
+                        "label": r["label"] if task.task_type == "regression" else str(r["label"])}) + "\n"
+            for r in task.train), encoding="utf-8")
+    return path
+
+
 @dataclass(frozen=True)
 class BertforgeOptions:
     """Settings of bertforge's side that are not like for like with HF (for what-if rows); the defaults are."""
@@ -191,7 +202,7 @@ class BertforgeOptions:
 def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
                     options: BertforgeOptions) -> dict:
     """`bertforge finetune`'s YAML for this run (written to disk and loaded as a user's would be)."""
-    finetune: dict[str, Any] = {"task_type": task.task_type, "train_file": str(workdir / f"{task.name}-train.jsonl"),
+    finetune: dict[str, Any] = {"task_type": task.task_type, "train_file": str(train_file(workdir, task)),
                                 "max_length": MAX_LENGTH}
     if task.pair:
         finetune["text_pair_column"] = "text_pair"
@@ -233,8 +244,8 @@ def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: P
     result = trainer.fit()
     if result.stopped_by == "signal":  # the trainer saved a checkpoint and returned: stop the study too
         raise SystemExit(f"stopped by a signal during {result.run_dir.name}")
-    losses = [json.loads(line)["loss"] for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()
-              if json.loads(line).get("split") == "train" and "loss" in json.loads(line)]
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [record["loss"] for record in records if record.get("split") == "train" and "loss" in record]
     test_split = LabeledSplit("test", task.task_type, [r["text"] for r in task.test],
                               [r["text_pair"] for r in task.test] if task.pair else None,
                               [label_id(task, r) for r in task.test], task.labels)  # type: ignore[arg-type]
@@ -551,13 +562,6 @@ def main() -> int:
     modes = {"parity": parity_mode, "matched": matched_mode, "factors": factors_mode}
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         workdir = Path(scratch)
-        for name in args.tasks:
-            task = load_task(name, args.train_rows, args.test_rows)
-            rows = task.train
-            (workdir / f"{name}-train.jsonl").write_text("".join(
-                json.dumps({"text": r["text"], **({"text_pair": r["text_pair"]} if task.pair else {}),
-                            "label": r["label"] if task.task_type == "regression" else str(r["label"])}) + "\n"
-                for r in rows), encoding="utf-8")
         reports, raw = [], {}
         for mode in args.mode:
             report, raw[mode] = modes[mode](args, workdir, model_dir)

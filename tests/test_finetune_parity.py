@@ -48,16 +48,10 @@ def small_task(parity, train_rows: int, test_rows: int):  # type: ignore[no-unty
     return parity.TaskData("supersense", "classification", train, test, supersense_labels(), False)
 
 
-def write_train_file(parity, task, workdir: Path) -> None:  # type: ignore[no-untyped-def]
-    (workdir / f"{task.name}-train.jsonl").write_text(
-        "".join(json.dumps({"text": r["text"], "label": r["label"]}) + "\n" for r in task.train), encoding="utf-8")
-
-
 def test_a_whole_matched_run_follows_hf_trainer_step_for_step_and_predicts_the_same(
         parity, minilm_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # 208 rows: 6 full batches and a partial one of 16 per epoch, two epochs, warm-up and decay
     task = small_task(parity, 208, 96)
-    write_train_file(parity, task, tmp_path)
     ours, theirs = parity.run_pair(tmp_path, minilm_dir, task, seed=5, epochs=2,
                                    matching=parity.Matching.everything(), index=0)
     assert len(ours.step_losses) == len(theirs.step_losses) == 12
