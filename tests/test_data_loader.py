@@ -191,7 +191,7 @@ def test_eval_loader_covers_every_sample_once_across_ranks(dataset: Pretokenized
 def test_bad_batch_settings_are_config_errors(dataset: PretokenizedDataset) -> None:
     with pytest.raises(ConfigError, match="multiple of"):
         BatchGeometry(micro_batch_size=4, global_batch_size=10)
-    with pytest.raises(ConfigError, match="not a multiple of the global batch size"):
+    with pytest.raises(ConfigError, match="not at a step boundary of global batch size 16"):
         TrainSampler(len(dataset), BatchGeometry(4, 16), seed=0, consumed_samples=8)
     with pytest.raises(ConfigError, match="fewer than one global batch"):
         TrainSampler(10, BatchGeometry(4, 16), seed=0)

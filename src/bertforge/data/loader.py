@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bertforge.data.masking import Masker, MaskingSettings
-from bertforge.data.sampler import BatchGeometry, micro_batch_indices
+from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
 from bertforge.errors import ConfigError
@@ -53,16 +53,18 @@ class MicroBatch:
 
 
 class TrainSampler:
-    """This rank's micro-batches forever, after `consumed_samples`: `bertforge.data.sampler`'s order."""
+    """This rank's micro-batches forever, after `consumed_samples`: `bertforge.data.sampler`'s order.
+
+    Pre-training drops each epoch's partial global batch (`EpochPlan`'s default).
+    """
 
     def __init__(self, num_samples: int, geometry: BatchGeometry, *, seed: int, consumed_samples: int = 0) -> None:
-        self.num_samples, self.geometry, self.seed, self.consumed_samples = num_samples, geometry, seed, consumed_samples
+        self.plan, self.seed, self.consumed_samples = EpochPlan(num_samples, geometry), seed, consumed_samples
         # fail at construction (not at the first batch) on a bad geometry or resume point
-        next(micro_batch_indices(num_samples, geometry, seed=seed, consumed_samples=consumed_samples))
+        next(self.plan.micro_batch_indices(seed=seed, consumed_samples=consumed_samples))
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        for epoch, indices in micro_batch_indices(self.num_samples, self.geometry, seed=self.seed,
-                                                  consumed_samples=self.consumed_samples):
+        for epoch, indices in self.plan.micro_batch_indices(seed=self.seed, consumed_samples=self.consumed_samples):
             yield MicroBatch(epoch, indices)
 
 
@@ -218,14 +220,13 @@ class PretrainingLoader:
                  num_workers: int = 0, layout: str = "unpadded", packing: bool = True,
                  masking: MaskingSettings | None = None) -> None:
         self.dataset, self.geometry, self.seed, self.num_workers = dataset, geometry, seed, num_workers
-        self.samples_per_epoch = len(dataset)
+        self.plan = EpochPlan(len(dataset), geometry)
         self.batches = PretrainingBatches(dataset, build_masker(dataset, masking or MaskingSettings(seed=seed)),
                                           layout=layout, packing=packing,
                                           pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
 
     def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
-        sampler = TrainSampler(self.samples_per_epoch, self.geometry, seed=self.seed,
-                               consumed_samples=consumed_samples)
+        sampler = TrainSampler(len(self.dataset), self.geometry, seed=self.seed, consumed_samples=consumed_samples)
         yield from TensorBatches(self.batches, sampler, self.num_workers)
 
 

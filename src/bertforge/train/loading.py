@@ -8,35 +8,36 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from bertforge.data.sampler import BatchGeometry, micro_batch_indices
+from bertforge.data.sampler import BatchGeometry, EpochPlan
 
 
 class _IndexBatches:
     """The sampler as a DataLoader batch sampler; epoch-aware datasets receive (epoch, index)."""
 
-    def __init__(self, num_samples: int, geometry: BatchGeometry, seed: int, consumed_samples: int,
-                 shuffle: bool, epoch_aware: bool) -> None:
-        self.arguments = (num_samples, geometry)
-        self.seed, self.consumed_samples, self.shuffle, self.epoch_aware = seed, consumed_samples, shuffle, epoch_aware
+    def __init__(self, plan: EpochPlan, seed: int, consumed_samples: int, shuffle: bool, epoch_aware: bool) -> None:
+        self.plan, self.seed, self.consumed_samples = plan, seed, consumed_samples
+        self.shuffle, self.epoch_aware = shuffle, epoch_aware
 
     def __iter__(self) -> Iterator[list[Any]]:
-        num_samples, geometry = self.arguments
-        for epoch, indices in micro_batch_indices(num_samples, geometry, seed=self.seed,
-                                                  consumed_samples=self.consumed_samples, shuffle=self.shuffle):
+        for epoch, indices in self.plan.micro_batch_indices(seed=self.seed, consumed_samples=self.consumed_samples,
+                                                            shuffle=self.shuffle):
             yield [(epoch, int(i)) for i in indices] if self.epoch_aware else [int(i) for i in indices]
 
 
 class MapStyleLoader:
-    """Micro-batches of a map-style dataset for one rank; `iterate(consumed)` resumes exactly."""
+    """Micro-batches of a map-style dataset for one rank; `iterate(consumed)` resumes exactly.
+
+    Every example is trained on every epoch: the last, smaller global batch is kept (`EpochPlan`).
+    """
 
     def __init__(self, dataset: Dataset, collate: Callable[[list[Any]], dict[str, Any]], geometry: BatchGeometry,
                  *, seed: int, num_workers: int = 0, shuffle: bool = True) -> None:
-        self.dataset, self.collate, self.geometry = dataset, collate, geometry
+        self.dataset, self.collate = dataset, collate
         self.seed, self.num_workers, self.shuffle = seed, num_workers, shuffle
-        self.samples_per_epoch = len(dataset)  # type: ignore[arg-type]
+        self.plan = EpochPlan(len(dataset), geometry, keep_partial_batch=True)  # type: ignore[arg-type]
 
     def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
-        batches = _IndexBatches(self.samples_per_epoch, self.geometry, self.seed, consumed_samples, self.shuffle,
+        batches = _IndexBatches(self.plan, self.seed, consumed_samples, self.shuffle,
                                 epoch_aware=bool(getattr(self.dataset, "epoch_aware", False)))
         # a private generator: DataLoader draws worker seeds from it, and drawing them from the
         # global RNG would shift dropout after a resume and break bitwise-exact resumption

@@ -16,14 +16,19 @@ import torch
 from torch import nn
 
 from bertforge.config import Config
+from bertforge.data.sampler import EpochPlan
 
 Batch = dict[str, Any]
 
 
 class ResumableLoader(Protocol):
-    """Micro-batches for one rank, epoch after epoch, starting after `consumed_samples`."""
+    """Micro-batches for one rank, epoch after epoch, starting after `consumed_samples`.
 
-    samples_per_epoch: int
+    `plan` says how an epoch is cut into steps; the trainer reads `plan.step_at(consumed)` to know
+    how many micro-batches make the next step and how many samples it consumes.
+    """
+
+    plan: EpochPlan
 
     def iterate(self, consumed_samples: int) -> Iterator[Batch]: ...
 

@@ -1,8 +1,9 @@
 """The training loop: any `Task`, one config, one CPU / GPU / torchrun job.
 
 Readable top to bottom: set up (process group, seed, model, parallelism, optimizer, resume), then
-`fit` runs optimizer steps until the budget is spent. Each step reads `accumulation_steps`
-micro-batches, counts the task's loss units over the whole global batch first (so an MLM loss is
+`fit` runs optimizer steps until the budget is spent. Each step reads the micro-batches the
+loader's `EpochPlan` gives it (`accumulation_steps`, fewer in a fine-tuning epoch's smaller last
+step), counts the task's loss units over the whole global batch first (so an MLM loss is
 averaged over the masked tokens of the global batch, not per micro-batch), synchronises gradients
 only on the last micro-batch, and agrees across ranks on a non-finite loss or a stop signal.
 """
@@ -23,7 +24,7 @@ from torch import nn
 
 from bertforge.config import Config, save_config
 from bertforge.console import log
-from bertforge.data.sampler import BatchGeometry, steps_per_epoch
+from bertforge.data.sampler import BatchGeometry
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.train import distributed as D
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
@@ -116,7 +117,7 @@ class Trainer:
 
     def _total_steps(self) -> int | None:
         train = self.config.train
-        per_epoch = steps_per_epoch(self.train_loader.samples_per_epoch, train.global_batch_size)
+        per_epoch = self.train_loader.plan.steps
         candidates = []
         if train.max_steps is not None:
             candidates.append(train.max_steps)
@@ -183,10 +184,11 @@ class Trainer:
             progress.update(state.step, {})
             while not self._budget_spent(state, total_steps):
                 started = time.perf_counter()
-                loss, metrics, tokens, non_finite = self._train_step(batches, state, total_steps)
+                shape = self.train_loader.plan.step_at(state.consumed_samples)
+                loss, metrics, tokens, non_finite = self._train_step(batches, shape.micro_batches, state, total_steps)
                 stop_requested = D.any_rank(self._stop_signal is not None, self.env, self.device)
                 state.step += 1
-                state.consumed_samples += config.train.global_batch_size
+                state.consumed_samples += shape.samples
                 state.consumed_tokens += tokens
                 state.elapsed_seconds += time.perf_counter() - started
                 if non_finite:
@@ -194,7 +196,7 @@ class Trainer:
                     if stopped_by == "nan":
                         break
                 else:
-                    window.add(loss, metrics, tokens, config.train.global_batch_size, time.perf_counter() - started)
+                    window.add(loss, metrics, tokens, shape.samples, time.perf_counter() - started)
                 if state.step % config.train.log_every == 0 or self._budget_spent(state, total_steps):
                     stats = window.flush(flops_per_token, self.precision.peak_flops(self.device)) | {
                         "lr": self.optimizer.param_groups[0]["lr"]}
@@ -233,13 +235,13 @@ class Trainer:
                                  "last checkpoint")
         return FitResult(self.run_dir, state, stopped_by)
 
-    def _train_step(self, batches: Iterator[Batch], state: TrainingState,
+    def _train_step(self, batches: Iterator[Batch], micro_batch_count: int, state: TrainingState,
                     total_steps: int | None) -> tuple[float, dict[str, float], int, bool]:
         config = self.config
         factor = lr_factor(config.schedule, step=state.step, total_steps=total_steps or 1,
                            progress=self._progress_fraction(state))
         set_learning_rate(self.optimizer, config.optim.lr, factor)
-        micro_batches = [_to_device(next(batches), self.device) for _ in range(self.geometry.accumulation_steps)]
+        micro_batches = [_to_device(next(batches), self.device) for _ in range(micro_batch_count)]
         units = [self.task.loss_units(batch) for batch in micro_batches]
         uses_units = units[0] is not None
         if uses_units:
@@ -309,7 +311,7 @@ class Trainer:
         every = self.config.train.eval_every
         if every is not None and state.step % every == 0:
             return True
-        per_epoch = steps_per_epoch(self.train_loader.samples_per_epoch, self.config.train.global_batch_size)
+        per_epoch = self.train_loader.plan.steps
         if every is None and per_epoch and state.step % per_epoch == 0:
             return True
         return self._budget_spent(state, total_steps)
