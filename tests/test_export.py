@@ -116,3 +116,57 @@ def test_unknown_format_and_missing_model_are_user_errors(run_dir: Path, tmp_pat
         export_model(run_dir, tmp_path / "x", "tflite")
     with pytest.raises(BertforgeError, match="no such file or directory"):
         export_model(tmp_path / "missing", tmp_path / "x")
+
+
+# --- the destination: an export never destroys what it was not asked to replace ------------------
+
+
+def export_exit_code(model: Path, out: Path, *extra: str) -> int:
+    return main(["export", str(model), "--out", str(out), *extra])
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_export_refuses_the_run_its_parents_a_file_and_a_foreign_directory_and_changes_nothing(
+        run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(run_dir)
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("three years of work", encoding="utf-8")
+    a_file = tmp_path / "model.bin"
+    a_file.write_bytes(b"\0" * 16)
+    cases = {run_dir: "is the model being exported", run_dir / "final": "is the model being exported",
+             run_dir.parent: "contains the model being exported", foreign: "is not empty and is not an earlier export",
+             a_file: "is a file, not a directory"}
+    for out, message in cases.items():
+        capsys.readouterr()
+        assert export_exit_code(run_dir, out) == 2, out
+        error = capsys.readouterr().err.strip()
+        assert message in error and str(out) in error and "Traceback" not in error
+    assert snapshot(run_dir) == before
+    assert (foreign / "thesis.tex").read_text(encoding="utf-8") == "three years of work"
+    assert a_file.read_bytes() == b"\0" * 16
+    # a checkpoint's own run is its parent too
+    assert export_exit_code(run_dir / "checkpoints" / "step-00000004", run_dir) == 2
+    assert snapshot(run_dir) == before
+
+
+def test_an_earlier_export_is_replaced_only_with_overwrite_and_an_empty_directory_is_used(
+        run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert export_exit_code(run_dir / "checkpoints" / "step-00000004", empty) == 0
+    first = snapshot(empty)
+    capsys.readouterr()
+    assert export_exit_code(run_dir, empty) == 2
+    error = capsys.readouterr().err
+    assert "holds an earlier export" in error and "pass --overwrite" in error
+    assert snapshot(empty) == first
+    assert export_exit_code(run_dir, empty, "--overwrite") == 0
+    assert snapshot(empty) != first  # the final model, not checkpoint 4
+    # an earlier export with a user's file added is no longer only an export: kept, even with --overwrite
+    (empty / "README.md").write_text("my notes", encoding="utf-8")
+    assert export_exit_code(run_dir, empty, "--overwrite") == 2
+    assert (empty / "README.md").read_text(encoding="utf-8") == "my notes"

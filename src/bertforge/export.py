@@ -31,7 +31,9 @@ from torch import nn
 
 from bertforge.console import log
 from bertforge.errors import BertforgeError
+from bertforge.export_destination import check_export_destination
 from bertforge.inference import LoadedModel, load_model
+from bertforge.locate import resolve_model_path
 
 FORMATS = ("hf", "onnx")
 ONNX_FILE = "model.onnx"
@@ -51,11 +53,18 @@ class ExportSummary:
     max_abs_difference: float | None = None  # onnx: largest |onnxruntime - PyTorch| on the check batch
 
 
-def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf", atol: float = 1e-4) -> ExportSummary:
-    """Export the model at `reference` (any shape `bertforge.locate` knows) to `out_dir`."""
+def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf", atol: float = 1e-4,
+                 overwrite: bool = False) -> ExportSummary:
+    """Export the model at `reference` (any shape `bertforge.locate` knows) to `out_dir`.
+
+    `out_dir` is replaced atomically, so it must be new, empty or an earlier export (`overwrite`);
+    `check_export_destination` refuses anything else before a file is written.
+    """
     if format not in FORMATS:
         raise BertforgeError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
     loaded = load_model(reference)
+    sources = [resolve_model_path(reference), loaded.location.path, loaded.location.run_dir, loaded.tokenizer_dir]
+    check_export_destination(out_dir, [path for path in sources if path is not None], overwrite)
     if format == "hf":
         from bertforge.models.hf import export_hf
 

@@ -21,7 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         bertforge export runs/supersense-minilm/checkpoints/step-00000250 --out exported/onnx --format onnx
         """)
     parser.add_argument("model", metavar="RUN_OR_CHECKPOINT", help="run directory, checkpoint or model directory")
-    parser.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    parser.add_argument("--out", required=True,
+                        help="output directory: new, empty, or an earlier export (then add --overwrite); it is "
+                             "written atomically and never the model's own run")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
     parser.add_argument("--format", choices=("hf", "onnx"), default="hf", help="hf (default) or onnx")
     parser.set_defaults(func=run)
 
@@ -32,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.inference import quiet_transformers
 
     quiet_transformers()
-    summary = export_model(args.model, args.out, args.format)
+    summary = export_model(args.model, args.out, args.format, overwrite=args.overwrite)
     stdout_console.print(f"{summary.format}: {summary.directory}", markup=False, highlight=False)
     return 0

@@ -1,0 +1,64 @@
+"""Where `bertforge export --out` may write: never over a user's files.
+
+An export replaces its destination atomically, which deletes whatever was there. So the
+destination must be missing, an empty directory, or an earlier export (`--overwrite` needed),
+recognised by its files: nothing but what an export writes. It is never the model being
+exported, nor a directory that contains it (exporting a run into its own parent would delete the
+run). Everything else is refused with what is there and what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bertforge.errors import BertforgeError
+from bertforge.models.serialization import CONFIG_NAME, TOKENIZER_FILES
+
+# what `export --format hf|onnx` writes, in transformers' layout or bertforge's own
+EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+                          CONFIG_NAME, "model.onnx", "model.onnx.data", "onnx_inputs.json", *TOKENIZER_FILES})
+EXPORT_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")  # save_pretrained's shards of a large model
+EXPORT_ANCHORS = ("config.json", CONFIG_NAME, "model.onnx")  # at least one of them is in every export
+SHOWN_ENTRIES = 5
+
+
+def is_earlier_export(directory: Path) -> bool:
+    names = [entry.name for entry in directory.iterdir()]
+    return (any(name in EXPORT_ANCHORS for name in names)
+            and all((directory / name).is_file() and (name in EXPORT_FILES or EXPORT_SHARD.fullmatch(name))
+                    for name in names))
+
+
+def _listing(directory: Path) -> str:
+    names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in directory.iterdir())
+    shown = ", ".join(names[:SHOWN_ENTRIES])
+    return shown + (f" and {len(names) - SHOWN_ENTRIES} more" if len(names) > SHOWN_ENTRIES else "")
+
+
+def check_export_destination(out: str | Path, sources: list[Path], overwrite: bool) -> Path:
+    """Raise a one-line `BertforgeError` unless exporting to `out` can destroy nothing but an earlier export.
+
+    `sources` are the paths the model is read from (the reference the user gave and the directory
+    it resolved to); `out` may be neither of them nor contain either.
+    """
+    destination = Path(out).expanduser().resolve()
+    for source in sources:
+        source = source.expanduser().resolve()
+        if destination == source or destination in source.parents:
+            what = "is the model being exported" if destination == source else f"contains the model being exported ({source})"
+            raise BertforgeError(f"--out {out} {what}; exporting there would delete it. Choose a new directory, "
+                                 "e.g. --out exported/NAME")
+    if not destination.exists():
+        return destination
+    if not destination.is_dir():
+        raise BertforgeError(f"--out {out} is a file, not a directory; choose a directory path for the export")
+    if not any(destination.iterdir()):
+        return destination
+    if is_earlier_export(destination):
+        if overwrite:
+            return destination
+        raise BertforgeError(f"--out {out} holds an earlier export ({_listing(destination)}); pass --overwrite to "
+                             "replace it, or choose a new directory")
+    raise BertforgeError(f"--out {out} is not empty and is not an earlier export (it holds {_listing(destination)}); "
+                         "export replaces its destination, so choose a new or empty directory")
