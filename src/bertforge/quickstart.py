@@ -83,11 +83,11 @@ def _timed(name: str, work: Callable[[], tuple[float | None, Path | None]]) -> S
 
 def _finetune(config: Config) -> tuple[float, Path]:
     from bertforge.tasks.classify import ClassificationTask
-    from bertforge.train.trainer import Trainer
+    from bertforge.train.trainer import Trainer, finished
 
     # all 45 supersenses, whether or not the subset's train rows happen to contain each one
     config.finetune.labels = supersense_labels()
-    result = Trainer(config, ClassificationTask(config)).fit()
+    result = finished(Trainer(config, ClassificationTask(config)).fit())
     results = json.loads((result.run_dir / "test_results.json").read_text(encoding="utf-8"))
     return float(results["metrics"]["accuracy"]), result.run_dir
 
@@ -97,7 +97,7 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
     from bertforge.plotting import plot_run
     from bertforge.tasks.pretrain import PretrainTask
-    from bertforge.train.trainer import Trainer
+    from bertforge.train.trainer import Trainer, finished
 
     out = plan.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     pretrain_config = load_config(CONFIGS / "quickstart-pretrain.yaml", [
         f"run.output_dir={out}", f"data.path={data_dir}", f"data.seq_len={plan.seq_len}",
         f"train.max_steps={plan.pretrain_steps}"])
-    pretrain = Trainer(pretrain_config, PretrainTask(pretrain_config)).fit()
+    pretrain = finished(Trainer(pretrain_config, PretrainTask(pretrain_config)).fit())
     plot_run(pretrain.run_dir)
     pretrained_accuracy = pretrain.state.metrics.get("mlm_accuracy")
 

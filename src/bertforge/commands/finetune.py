@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     quiet_transformers()
     result = Trainer(config, ClassificationTask(config)).fit()
     if result.stopped_by == "signal" or int(os.environ.get("RANK", "0")) != 0:  # one summary under torchrun
-        return 0
+        return result.exit_code
     for path in sorted(result.run_dir.glob("*_results.json")):
         report = json.loads(path.read_text(encoding="utf-8"))
         shown = "  ".join(f"{k} {v:.4f}" for k, v in report["metrics"].items() if k != "examples")

@@ -31,5 +31,4 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     if config is None:
         return 0
-    Trainer(config, PretrainTask(config)).fit()
-    return 0
+    return Trainer(config, PretrainTask(config)).fit().exit_code

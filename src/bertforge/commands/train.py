@@ -32,4 +32,4 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         return 0
     result = Trainer(config, task_class(config)).fit()
-    return 0 if result.stopped_by != "nan" else 2
+    return 2 if result.stopped_by == "nan" else result.exit_code

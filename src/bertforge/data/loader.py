@@ -24,7 +24,9 @@ with few rows. The padded layout never packs: the HF model would attend across s
 from __future__ import annotations
 
 import bisect
+import functools
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,7 @@ from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
 from bertforge.errors import ConfigError
+from bertforge.processes import die_with_parent
 
 LAYOUTS = ("unpadded", "padded")
 IGNORE_INDEX = -100
@@ -202,7 +205,8 @@ class TensorBatches:
         # RNG would shift dropout after a resume and break bitwise-exact resumption
         self.loader = DataLoader(batches, sampler=sampler, batch_size=None, num_workers=num_workers,
                                  collate_fn=_unchanged, prefetch_factor=4 if num_workers > 0 else None,
-                                 generator=torch.Generator().manual_seed(0))
+                                 generator=torch.Generator().manual_seed(0),
+                                 worker_init_fn=functools.partial(die_with_parent, os.getpid()))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for batch in self.loader:

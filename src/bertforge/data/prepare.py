@@ -54,6 +54,7 @@ from bertforge.data.shards import (
 from bertforge.data.sources import Document, fingerprint_sources, iter_documents, resolve_inputs
 from bertforge.data.tokenizer import LoadedTokenizer, load_tokenizer
 from bertforge.errors import DataError
+from bertforge.processes import die_with_parent
 
 SPLIT_NAMES = ("train", "validation", "test")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -112,8 +113,9 @@ _worker_tokenizer: LoadedTokenizer | None = None
 _worker_word_cache: WordCache | None = None
 
 
-def _init_worker(tokenizer_path: str) -> None:
+def _init_worker(tokenizer_path: str, parent_pid: int) -> None:
     global _worker_tokenizer, _worker_word_cache
+    die_with_parent(parent_pid)  # a kill -9 of `prepare` must not leave its workers behind
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
     _worker_tokenizer = load_tokenizer(tokenizer_path)
     applies = word_cache_applies(_worker_tokenizer.tokenizer)
@@ -195,7 +197,7 @@ class _TaskRunner:
             # to be import-safe); the workers never touch torch or the console.
             context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
             self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                                initializer=_init_worker, initargs=(tokenizer_path,))
+                                                initializer=_init_worker, initargs=(tokenizer_path, os.getpid()))
         self.in_flight: deque[tuple[Any, Future[Any] | Any]] = deque()
         self.limit = max(2 * workers, 1)
 

@@ -34,6 +34,7 @@ from typing import Any
 from bertforge.config import Config, config_to_yaml, load_config
 from bertforge.console import log
 from bertforge.errors import BertforgeError, ConfigError
+from bertforge.processes import kill_with_parent_preexec
 from bertforge.tasks.glue_tasks import (
     GLUE_TASKS,
     GlueTask,
@@ -130,7 +131,7 @@ def plan_jobs(config: Config, out_dir: Path) -> list[GlueJob]:
 # the worker: one job in its own process
 
 
-def run_job(spec_path: Path) -> None:
+def run_job(spec_path: Path) -> int:
     """Fine-tune one (task, seed): called in the job's process with the spec the runner wrote."""
     import torch
 
@@ -146,7 +147,7 @@ def run_job(spec_path: Path) -> None:
     train = read_glue_split(task, spec["data_dir"], "train")
     evaluations = {split: read_glue_split(task, spec["data_dir"], split) for split in task.eval_splits}
     data = LabeledData(train, evaluations[task.eval_splits[0]], None, None)
-    Trainer(config, ClassificationTask(config, data, final_splits=evaluations)).fit()
+    return Trainer(config, ClassificationTask(config, data, final_splits=evaluations)).fit().exit_code
 
 
 def worker_main(argv: Sequence[str]) -> int:
@@ -156,11 +157,10 @@ def worker_main(argv: Sequence[str]) -> int:
     setup_logging(NORMAL)
     quiet_transformers()
     try:
-        run_job(Path(argv[0]))
+        return run_job(Path(argv[0]))  # 143/130 when a signal stopped the job: the runner must not record it done
     except BertforgeError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,8 +205,10 @@ def _launch(job: GlueJob, config: Config, out_dir: Path, data_dir: Path, environ
     (job.run_dir / JOB_SPEC).write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
     env = os.environ | environment | {"PYTHONUNBUFFERED": "1"}
     with open(job.run_dir / JOB_LOG, "ab") as log_file:
+        # the job dies with this runner (kill -9 included): a re-run never finds an orphan still training
         process = subprocess.Popen([sys.executable, "-m", "bertforge.tasks.glue", str(job.run_dir / JOB_SPEC)],
-                                   stdout=log_file, stderr=subprocess.STDOUT, env=env)
+                                   stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                   preexec_fn=kill_with_parent_preexec())
     log.info(f"started {job.name} (log: {job.run_dir / JOB_LOG})")
     return _Running(job, process, slot, time.perf_counter())
 

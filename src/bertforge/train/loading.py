@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -9,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bertforge.data.sampler import BatchGeometry, EpochPlan
+from bertforge.processes import die_with_parent
 
 
 class _IndexBatches:
@@ -44,6 +47,7 @@ class MapStyleLoader:
         generator = torch.Generator().manual_seed(self.seed)
         loader = DataLoader(self.dataset, batch_sampler=batches, collate_fn=self.collate,
                             num_workers=self.num_workers, persistent_workers=False, generator=generator,
+                            worker_init_fn=functools.partial(die_with_parent, os.getpid()),
                             prefetch_factor=4 if self.num_workers else None)
         yield from loader
 

