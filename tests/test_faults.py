@@ -8,6 +8,7 @@ fails on the code before its fix.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,3 +191,58 @@ def test_kill_9_of_prepare_leaves_no_tokenizer_worker(tmp_path: Path) -> None:
         assert_workers_die_with_main_process(process, descendants(process.pid))
     finally:
         kill_group(process)
+
+
+# --- a corrupt newest checkpoint ----------------------------------------------------------------------
+
+
+def small_run(run_dir: Path, max_steps: int):  # type: ignore[no-untyped-def]
+    from bertforge.train.trainer import Trainer
+    from tests.helpers.trainer_tasks import SmallWithDropout
+
+    config = load_config(None, ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_size=32",
+                                f"train.max_steps={max_steps}", "train.checkpoint_every=2", "train.keep_last=5",
+                                "log.progress=false", "log.tensorboard=false", f"run.output_dir={run_dir.parent}",
+                                f"run.name={run_dir.name}"])
+    return Trainer(config, SmallWithDropout(config)).fit()
+
+
+def final_weights(run_dir: Path) -> dict:  # type: ignore[type-arg]
+    import torch
+
+    return torch.load(run_dir / "final" / "model.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("damage", ["truncated model.pt", "corrupt meta.json"])
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one_with_a_warning_and_resumes_exactly(
+        tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    small_run(tmp_path / "uninterrupted", 6)
+    run_dir = tmp_path / "damaged"
+    small_run(run_dir, 6)  # checkpoints at steps 2, 4 and 6
+    shutil.rmtree(run_dir / "final")
+    newest = run_dir / "checkpoints" / "step-00000006"
+    if damage == "truncated model.pt":
+        weights = newest / "model.pt"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        (newest / "meta.json").write_text('{"step": 4, "consumed', encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        resumed = small_run(run_dir, 6)
+    assert resumed.state.step == 6
+    assert any("step-00000006" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
+    expected, got = final_weights(tmp_path / "uninterrupted"), final_weights(run_dir)
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+def test_when_no_checkpoint_can_be_read_the_error_names_them_and_what_to_do(tmp_path: Path) -> None:
+    from bertforge.errors import BertforgeError
+
+    sys.path.insert(0, str(ROOT))
+    run_dir = tmp_path / "run"
+    small_run(run_dir, 2)
+    (run_dir / "checkpoints" / "step-00000002" / "model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(BertforgeError, match=r"no checkpoint in .* can be read \(step-00000002\).*run.resume=never"):
+        small_run(run_dir, 4)

@@ -106,6 +106,12 @@ class CheckpointManager:
         complete = self.complete_checkpoints()
         return complete[-1] if complete else None
 
+    def resume_candidates(self) -> list[Path]:
+        """Checkpoints to resume from, best first: `latest`, then every older complete one, newest first."""
+        latest = self.latest()
+        older = [p for p in reversed(self.complete_checkpoints()) if latest is None or p.name < latest.name]
+        return ([latest] if latest is not None else []) + older
+
     # --- save -----------------------------------------------------------------------------------
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, state: TrainingState,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
 import signal
 import time
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from torch import nn
 from bertforge.config import Config, save_config
 from bertforge.console import log
 from bertforge.data.sampler import BatchGeometry
-from bertforge.errors import BertforgeError, ConfigError
+from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.train import distributed as D
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
 from bertforge.train.loading import MapStyleLoader, iterate_once
@@ -54,6 +55,10 @@ class FitResult:
         """The shell's convention for a process stopped by a signal (143 SIGTERM, 130 SIGINT), so that
         `pretrain && finetune` and schedulers do not take an interrupted run for a finished one."""
         return 128 + self.stop_signal if self.stopped_by == "signal" and self.stop_signal else 0
+
+
+# what a truncated, corrupt or mismatched checkpoint file raises from json, torch.load or load_state_dict
+UNREADABLE_CHECKPOINT = (OSError, EOFError, ValueError, RuntimeError, KeyError, TypeError, pickle.UnpicklingError)
 
 
 class RunInterrupted(BertforgeError):
@@ -192,14 +197,41 @@ class Trainer:
                 raise ConfigError(f"run directory {self.run_dir} already holds checkpoints and run.resume=never; "
                                   "set run.resume=auto to continue it or choose another run.name")
             return TrainingState()
-        path = self.checkpoints.latest() if request == "auto" else Path(request)
-        if path is None:
-            return TrainingState()
-        state = self.checkpoints.load(path, self.model, self.optimizer, self.scaler)
+        if request == "auto":
+            state, path = self._load_newest_readable_checkpoint()
+            if path is None:
+                return state
+        else:
+            path = Path(request)
+            try:
+                state = self.checkpoints.load(path, self.model, self.optimizer, self.scaler)
+            except UNREADABLE_CHECKPOINT as error:
+                raise BertforgeError(f"cannot resume from {path}: {first_line(error)}; give another checkpoint in "
+                                     "run.resume, or run.resume=auto") from None
         log.info(f"resumed from {path} (step {state.step}, {state.consumed_samples:,} samples seen)")
         if self.env.is_main:
             _truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
         return state
+
+    def _load_newest_readable_checkpoint(self) -> tuple[TrainingState, Path | None]:
+        """A truncated or corrupt newest checkpoint (a full disk, a bad copy) is skipped with a warning
+        for the newest one that loads on every rank; resuming from it stays exact."""
+        candidates = self.checkpoints.resume_candidates()
+        skipped = []
+        for path in candidates:
+            problem = None
+            try:
+                state = self.checkpoints.load(path, self.model, self.optimizer, self.scaler)
+            except UNREADABLE_CHECKPOINT as error:
+                problem = first_line(error)
+            if not D.any_rank(problem is not None, self.env, self.device):
+                return state, path
+            skipped.append(path.name)
+            log.warning(f"checkpoint {path} is unreadable ({problem or 'on another rank'}); trying the previous one")
+        if candidates:
+            raise BertforgeError(f"no checkpoint in {self.checkpoints.directory} can be read ({', '.join(skipped)}); "
+                                 "set run.resume=never with a new run.name to start over")
+        return TrainingState(), None
 
     # --- the loop -------------------------------------------------------------------------------
 
