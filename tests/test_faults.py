@@ -246,3 +246,35 @@ def test_when_no_checkpoint_can_be_read_the_error_names_them_and_what_to_do(tmp_
     (run_dir / "checkpoints" / "step-00000002" / "model.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(BertforgeError, match=r"no checkpoint in .* can be read \(step-00000002\).*run.resume=never"):
         small_run(run_dir, 4)
+
+
+# --- config changes on resume -------------------------------------------------------------------------
+
+
+def test_resuming_with_a_changed_batch_size_is_refused_unless_forced_and_every_segment_is_kept(
+        tmp_path: Path) -> None:
+    from bertforge.errors import ConfigError
+    from bertforge.train.trainer import Trainer
+    from tests.helpers.trainer_tasks import SmallWithDropout
+
+    sys.path.insert(0, str(ROOT))
+    run_dir = tmp_path / "run"
+
+    def run(*overrides: str):  # type: ignore[no-untyped-def]
+        config = load_config(None, ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_size=32",
+                                    "train.max_steps=2", "log.progress=false", "log.tensorboard=false",
+                                    f"run.output_dir={tmp_path}", "run.name=run", *overrides])
+        return Trainer(config, SmallWithDropout(config)).fit()
+
+    run()
+    first = (run_dir / "config.yaml").read_text(encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"breaks exact resume \(train.global_batch_size: 32 -> 64.*run.resume=force"):
+        run("train.global_batch_size=64", "train.max_steps=4")
+    assert (run_dir / "config.yaml").read_text(encoding="utf-8") == first and not list(run_dir.glob("config-resume-*"))
+    # budgets, cadences and the learning rate may change: logged and recorded, config.yaml kept
+    assert run("train.max_steps=4", "optim.lr=5e-3").state.step == 4
+    assert load_config(run_dir / "config-resume-1.yaml").optim.lr == 5e-3
+    assert (run_dir / "config.yaml").read_text(encoding="utf-8") == first
+    # force continues and records the breaking change next to the others
+    assert run("train.max_steps=6", "optim.lr=5e-3", "train.global_batch_size=64", "run.resume=force").state.step == 6
+    assert load_config(run_dir / "config-resume-2.yaml").train.global_batch_size == 64

@@ -157,11 +157,22 @@ def test_load_dataset_reads_a_local_copy_of_a_hub_dataset_repository(tmp_path: P
     pq.write_table(pa.Table.from_pylist(supersense_rows[:80]), repository / "data" / "train-00000-of-00001.parquet")
     pq.write_table(pa.Table.from_pylist(supersense_rows[80:]),
                    repository / "data" / "validation-00000-of-00001.parquet")
-    train = read_labeled_split(repository)
-    validation = read_labeled_split(repository, split="validation")
+    train = read_labeled_split(f"hf:{repository}")
+    validation = read_labeled_split(f"hf:{repository}", split="validation")
     assert train.texts == [r["text"] for r in supersense_rows[:80]]
     assert validation.texts == [r["text"] for r in supersense_rows[80:]]
-    assert read_labeled_split(f"hf:{repository}@validation").texts == validation.texts  # the hub-name syntax
+    assert read_labeled_split(f"hf:{repository}@validation").texts == validation.texts
+
+
+def test_a_folder_of_loose_files_is_refused_with_what_it_holds_not_merged(tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write_csv(folder / "train.csv", [{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}])
+    write_csv(folder / "reg_train.csv", [{"text": "fine", "label": "0.7"}])
+    write_csv(folder / "val.csv", [{"text": "meh", "label": "neg"}])
+    with pytest.raises(DataError, match=r"mine is a directory but not a dataset saved with save_to_disk \(it holds "
+                                        r"reg_train.csv, train.csv, val.csv\); give one file, e.g. .*hf:"):
+        read_labeled_split(folder)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ class RunSection:
     output_dir: str = "runs"  # parent directory of run directories
     seed: int = 42  # seeds weights, data order, masking and dropout
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    resume: str = "auto"  # auto (newest complete checkpoint in the run dir, if any) | never | a checkpoint path
+    resume: str = "auto"  # auto (newest readable checkpoint, if any) | never | force (auto, even if keys that break exact resume changed) | a checkpoint path
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:

@@ -247,9 +247,9 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
     """Open any supported source.
 
     `source` is a csv/tsv/jsonl/json/parquet file (optionally .gz); a directory saved with
-    `save_to_disk` (a DatasetDict one gives `split`, or the split named as `DIR@SPLIT`); another
-    directory, read by `datasets.load_dataset` as a local dataset repository; or a hub dataset
-    `hf:NAME[:CONFIG][@SPLIT]` (the syntax of `bertforge prepare` inputs). `columns` lists the
+    `save_to_disk` (a DatasetDict one gives `split`, or the split named as `DIR@SPLIT`); or a hub
+    dataset `hf:NAME[:CONFIG][@SPLIT]` (the syntax of `bertforge prepare` inputs), NAME also a local
+    copy of a dataset repository. Any other directory is an error listing what it holds. `columns` lists the
     columns that will be used, so columnar formats read only those.
     """
     text = str(source)
@@ -263,7 +263,13 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
     if path.is_dir():
         if any((path / marker).is_file() for marker in SAVED_DATASET_MARKERS):
             return _hf_records(_load_saved_dataset(path, split, text), text, columns)
-        return _hf_records(_load_hub_dataset(str(path), None, split, text), text, columns)
+        # a folder of loose files is not read by guesswork: `datasets.load_dataset` would merge every
+        # file with "train" in its name (train.csv and reg_train.csv alike) and exit 0
+        found = sorted(entry.name for entry in path.iterdir())
+        shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "") or "nothing"
+        raise DataError(f"{text} is a directory but not a dataset saved with save_to_disk (it holds {shown}); "
+                        f"give one file, e.g. {path / (found[0] if found else 'train.csv')}, or "
+                        f"{HUB_PREFIX}{text} for a local copy of a Hugging Face hub dataset repository")
     if not path.exists():
         raise DataError(f"{text}: no such file or directory (relative paths start from {Path.cwd()}); for a "
                         f"Hugging Face hub dataset write {HUB_PREFIX}NAME[:CONFIG][@SPLIT]")

@@ -39,6 +39,7 @@ from bertforge.train.optim import (
     set_learning_rate,
 )
 from bertforge.train.precision import Precision, resolve_precision
+from bertforge.train.resume_config import check_resumed_config
 from bertforge.train.run_lock import RunInUseError, RunLock
 from bertforge.train.task import Batch, Task, TaskData
 
@@ -109,8 +110,6 @@ class Trainer:
     def _build(self) -> None:
         config = self.config
         self._lock_run_dir()
-        if self.env.is_main:
-            save_config(config, self.run_dir / "config.yaml")
         torch.manual_seed(config.run.seed)  # the same initial weights on every rank
         self.data: TaskData = self.task.build_datasets()
         model = self.task.build_model().to(self.device)
@@ -196,13 +195,20 @@ class Trainer:
             if self.checkpoints.complete_checkpoints():
                 raise ConfigError(f"run directory {self.run_dir} already holds checkpoints and run.resume=never; "
                                   "set run.resume=auto to continue it or choose another run.name")
-            return TrainingState()
-        if request == "auto":
+            return self._fresh_start()
+        if request in ("auto", "force"):
+            if not self.checkpoints.resume_candidates():
+                return self._fresh_start()
+            check_resumed_config(self.run_dir, self.config, write=self.env.is_main)
             state, path = self._load_newest_readable_checkpoint()
             if path is None:
                 return state
         else:
-            path = Path(request)
+            path = Path(request)  # possibly another run's checkpoint: then this run's config is its first
+            if (self.run_dir / "config.yaml").is_file():
+                check_resumed_config(self.run_dir, self.config, write=self.env.is_main)
+            elif self.env.is_main:
+                save_config(self.config, self.run_dir / "config.yaml")
             try:
                 state = self.checkpoints.load(path, self.model, self.optimizer, self.scaler)
             except UNREADABLE_CHECKPOINT as error:
@@ -212,6 +218,11 @@ class Trainer:
         if self.env.is_main:
             _truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
         return state
+
+    def _fresh_start(self) -> TrainingState:
+        if self.env.is_main:
+            save_config(self.config, self.run_dir / "config.yaml")
+        return TrainingState()
 
     def _load_newest_readable_checkpoint(self) -> tuple[TrainingState, Path | None]:
         """A truncated or corrupt newest checkpoint (a full disk, a bad copy) is skipped with a warning
