@@ -17,6 +17,7 @@ from bertforge.tasks.metrics import (
     f1_binary,
     f1_macro,
     matthews_correlation,
+    metric_names,
     pearson,
     per_class_report,
     per_class_table,
@@ -119,3 +120,12 @@ def test_confusion_matrix_png_is_written_whole(tmp_path: Path) -> None:
     for path in (small, large):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["confusion.png", "confusion45.png"]
+
+
+@pytest.mark.parametrize("task_type,num_labels", [("classification", 2), ("classification", 5), ("regression", 1)])
+def test_metric_names_known_before_evaluation_are_the_keys_evaluation_returns(task_type: str, num_labels: int) -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, num_labels, 40) if task_type == "classification" else rng.random(40)
+    predictions = rng.random((40, num_labels)) if task_type == "classification" else rng.random(40)
+    names = [f"label{i}" for i in range(num_labels)]
+    assert set(compute_metrics(task_type, predictions, labels, names)) == metric_names(task_type, num_labels)

@@ -16,6 +16,7 @@ from bertforge.config import config_to_yaml, load_config
 from bertforge.data.bundled import corpus_path
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
 from bertforge.data.tokenizer import train_tokenizer_from_inputs
+from bertforge.errors import ConfigError
 from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.trainer import Trainer
 
@@ -97,6 +98,15 @@ def test_pretraining_loss_falls_and_exports_a_transformers_model(variant: str, r
     with torch.no_grad():
         logits = hf_model(**encoded).logits if not nsp else hf_model(**encoded).prediction_logits
     assert logits.shape[-1] >= tokenizer.vocab_size and torch.isfinite(logits).all()
+
+
+def test_a_misspelt_best_metric_fails_before_the_first_step(prepared_mlm: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = run_config(prepared_mlm, run_dir, "train.max_steps=40", "train.eval_every=20",
+                        "train.best_metric=bleu")
+    with pytest.raises(ConfigError, match=r"`train.best_metric` is 'bleu' but evaluation reports only mlm_accuracy, "):
+        Trainer(config, PretrainTask(config)).fit()
+    assert not (run_dir / "metrics.jsonl").exists() or records(run_dir, "train") == []  # not one step trained
 
 
 def test_pretraining_resumes_exactly_after_sigterm(prepared_mlm: Path, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from bertforge.locate import (
     save_model_description,
     tokenizer_dir_for,
 )
-from bertforge.tasks.metrics import CLASSIFICATION_METRICS, REGRESSION_METRICS, best_mode, compute_metrics
+from bertforge.tasks.metrics import best_mode, compute_metrics, metric_names
 from bertforge.train.task import Batch, Task, TaskData
 
 LOSS_UNIT = "examples"
@@ -121,9 +121,7 @@ class ClassificationTask(Task):
         metric = self.config.train.best_metric
         if metric is None:
             return
-        available = set(REGRESSION_METRICS if task_type == "regression" else CLASSIFICATION_METRICS) | {"loss"}
-        if task_type == "classification" and len(label_names) != 2:
-            available.discard("f1")  # binary F1 of class 1 needs two classes; f1_macro is always there
+        available = metric_names(task_type, len(label_names)) | {"loss"}
         if metric not in available:
             raise ConfigError(f"train.best_metric is {metric!r}, which {task_type} evaluation does not report; "
                               f"choose one of {', '.join(sorted(available))}")
@@ -193,6 +191,10 @@ class ClassificationTask(Task):
         if output.correct is None:
             return loss, {}
         return loss, {"accuracy": float(output.correct) / batch["num_samples"]}
+
+    def metric_names(self) -> set[str]:
+        assert self.labeled is not None
+        return metric_names(self.labeled.task_type, self.labeled.num_labels) | {"loss"}
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
         assert self.labeled is not None

@@ -21,8 +21,6 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-CLASSIFICATION_METRICS = ("accuracy", "f1_macro", "matthews", "f1")
-REGRESSION_METRICS = ("pearson", "spearman", "mse")
 LOWER_IS_BETTER = frozenset({"mse", "loss"})
 
 
@@ -142,6 +140,13 @@ def compute_metrics(task_type: str, predictions: Any, labels: Any,
     if len(label_names) == 2:
         metrics["f1"] = f1_binary(predictions, labels)
     return metrics
+
+
+def metric_names(task_type: str, num_labels: int) -> set[str]:
+    """The keys `compute_metrics` returns for a task, known before any evaluation (to check train.best_metric)."""
+    if task_type == "regression":
+        return {"pearson", "spearman", "mse"}
+    return {"accuracy", "f1_macro", "matthews"} | ({"f1"} if num_labels == 2 else set())
 
 
 def best_mode(metric: str) -> str:

@@ -93,6 +93,10 @@ class PretrainTask(Task):
             metrics["nsp_accuracy"] = float(output.nsp_correct) / max(int(batch["num_samples"]), 1)
         return loss, metrics
 
+    def metric_names(self) -> set[str]:
+        return {"mlm_loss", "mlm_accuracy", "mlm_unigram_accuracy", "mlm_perplexity"} | (
+            {"nsp_loss", "nsp_accuracy"} if self.nsp else set())
+
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
         batches = batches if isinstance(batches, list) else list(batches)
         mlm_loss = mlm_correct = masked = nsp_loss = nsp_correct = sequences = 0.0

@@ -90,6 +90,11 @@ class Task:
             return int(batch["attention_mask"].sum())
         return int(input_ids.numel())
 
+    def metric_names(self) -> set[str] | None:
+        """The keys `evaluate` will return, called after `build_datasets`, so that a misspelt
+        `train.best_metric` fails before the first step; None = not known until the first evaluation."""
+        return {"loss"} if type(self).evaluate is Task.evaluate else None
+
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
         """Validation metrics over the batches; by default the mean of forward_step's loss."""
         total, count = 0.0, 0

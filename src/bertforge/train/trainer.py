@@ -219,6 +219,13 @@ class Trainer:
             _truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
         return state
 
+    def _check_best_metric(self) -> None:
+        """A misspelt train.best_metric fails now, not after the first evaluation (the same message)."""
+        metric, names = self.config.train.best_metric, self.task.metric_names()
+        if metric is not None and names is not None and metric not in names:
+            raise ConfigError(f"`train.best_metric` is {metric!r} but evaluation reports only "
+                              f"{', '.join(sorted(names))}; pick one of those")
+
     def _fresh_start(self) -> TrainingState:
         if self.env.is_main:
             save_config(self.config, self.run_dir / "config.yaml")
@@ -256,6 +263,7 @@ class Trainer:
 
     def _fit(self) -> FitResult:
         self._build()
+        self._check_best_metric()
         config = self.config
         state = self._resume()
         total_steps = self._total_steps()
