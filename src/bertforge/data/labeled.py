@@ -41,7 +41,7 @@ import torch
 from rich.progress import Progress
 
 from bertforge.console import console, progress_enabled
-from bertforge.errors import ConfigError, DataError, first_line
+from bertforge.errors import CORRUPT_GZIP_ERRORS, ConfigError, DataError, corrupt_compressed_file, first_line
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -274,11 +274,14 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
         raise DataError(f"{text}: no such file or directory (relative paths start from {Path.cwd()}); for a "
                         f"Hugging Face hub dataset write {HUB_PREFIX}NAME[:CONFIG][@SPLIT]")
     file_format, extension = _file_format(path)
-    if file_format == "csv":
-        chosen = delimiter or EXTENSION_DELIMITERS[extension]
-        return _csv_records(path, chosen)
-    if file_format == "jsonl":
-        return _jsonl_records(path)
+    try:
+        if file_format == "csv":
+            chosen = delimiter or EXTENSION_DELIMITERS[extension]
+            return _csv_records(path, chosen)
+        if file_format == "jsonl":
+            return _jsonl_records(path)
+    except CORRUPT_GZIP_ERRORS as error:
+        raise corrupt_compressed_file(path, error) from None
     if file_format == "parquet":
         return _parquet_records(path, columns)
     raise DataError(f"{path}: unknown file type {''.join(path.suffixes)!r}; use .csv, .tsv, .jsonl, .json or "

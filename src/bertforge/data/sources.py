@@ -30,7 +30,7 @@ from typing import IO, Any
 import fsspec
 
 from bertforge.console import log
-from bertforge.errors import DataError, first_line, location
+from bertforge.errors import CORRUPT_GZIP_ERRORS, DataError, corrupt_compressed_file, first_line, location
 
 TEXT_SUFFIXES = (".txt", ".text")
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -216,14 +216,23 @@ def open_binary(source: Source, on_bytes: ProgressCallback | None = None) -> Ite
     """The decompressed byte stream of a file source; `on_bytes` hears of every stored byte read."""
     with fsspec.open(source.url, "rb") as raw:
         counted = io.BufferedReader(_CountingReader(raw, on_bytes), buffer_size=1 << 20)
-        if source.compression == "gzip":
-            yield gzip.GzipFile(fileobj=counted, mode="rb")  # type: ignore[misc]
-        elif source.compression == "zstd":
-            import zstandard
-
-            yield zstandard.ZstdDecompressor().stream_reader(counted, read_across_frames=True)  # type: ignore[misc]
-        else:
+        if source.compression is None:
             yield counted
+            return
+        # a decompression error surfaces in the caller's read; it becomes one line naming the file
+        try:
+            if source.compression == "gzip":
+                yield gzip.GzipFile(fileobj=counted, mode="rb")  # type: ignore[misc]
+            else:
+                import zstandard
+
+                yield zstandard.ZstdDecompressor().stream_reader(counted, read_across_frames=True)  # type: ignore[misc]
+        except CORRUPT_GZIP_ERRORS as error:
+            raise corrupt_compressed_file(source.url, error) from None
+        except Exception as error:
+            if type(error).__name__ == "ZstdError":  # zstandard is imported only for .zst inputs
+                raise corrupt_compressed_file(source.url, error) from None
+            raise
 
 
 class _Decoder:
