@@ -325,3 +325,45 @@ def test_a_truncated_gzip_labeled_file_is_a_data_error_naming_it(tmp_path: Path)
     path.write_bytes(packed[: len(packed) // 2])
     with pytest.raises(DataError, match=r"train.jsonl.gz: the compressed data is truncated or corrupt"):
         read_labeled_split(path)
+
+
+# --- output paths of the wrong kind -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files
+
+    run_dir = tmp_path_factory.mktemp("runs") / "classifier"
+    finetune(run_dir, *TINY_MODEL, *supersense_files(run_dir.parent / "data", train=64, validation=16, test=16),
+             f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=2")
+    return run_dir
+
+
+def test_outputs_of_the_wrong_kind_are_one_line_errors_before_any_work(
+        classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bertforge.cli import main
+
+    a_file, a_directory = tmp_path / "taken.txt", tmp_path / "taken"
+    a_file.write_text("mine\n", encoding="utf-8")
+    a_directory.mkdir()
+    data = str(classifier.parent / "data" / "supersense-test-16.jsonl")
+    cases = {
+        "predict --out DIR": (["predict", str(classifier), "--input", data, "--out", str(a_directory)],
+                              "is a directory; give a file path"),
+        "predict --out under a file": (["predict", str(classifier), "--input", data, "--out",
+                                        str(a_file / "preds.jsonl")], "is a file, not a directory"),
+        "evaluate --out-dir FILE": (["evaluate", str(classifier), "--data", data, "--out-dir", str(a_file)],
+                                    "is a file; give a directory"),
+        "tokenizer --out FILE": (["tokenizer", "train", "--input", data, "--vocab-size", "300", "--out", str(a_file)],
+                                 "is a file; give a directory"),
+        "data.path FILE": (["pretrain", str(ROOT / "configs" / "pretrain" / "quickstart.yaml"), f"data.path={a_file}",
+                            f"run.output_dir={tmp_path}", "train.max_steps=1"], "is a file, not a prepared dataset"),
+    }
+    for name, (argv, message) in cases.items():
+        capsys.readouterr()
+        assert main(argv) == 2, name
+        error = capsys.readouterr().err.strip()
+        assert message in error and "Traceback" not in error and len(error.splitlines()) == 1, (name, error)
+    assert a_file.read_text(encoding="utf-8") == "mine\n" and not any(a_directory.iterdir())

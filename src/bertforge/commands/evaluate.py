@@ -37,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
 
     from bertforge.console import log, stdout_console
     from bertforge.inference import evaluate_file, write_evaluation
+    from bertforge.output_paths import output_directory
     from bertforge.tasks.metrics import confusion_table, per_class_table
 
+    if args.out_dir:
+        output_directory(args.out_dir, "--out-dir")
     loaded = load_model_for(args)
     report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
                            text_pair_column=args.text_pair_column, label_column=args.label_column,

@@ -32,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import stdout_console
     from bertforge.errors import BertforgeError
+    from bertforge.output_paths import output_directory
     from bertforge.tasks.glue import run_glue
     from bertforge.tasks.glue_tasks import glue_results_markdown
 
@@ -40,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     if config is None:
         return 0
+    if args.out:
+        output_directory(args.out, "--out")
     summary = run_glue(config, args.data_dir, args.out, args.jobs)
     stdout_console.print(glue_results_markdown(summary), markup=False, highlight=False, end="")
     return 0

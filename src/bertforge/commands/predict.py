@@ -50,7 +50,9 @@ def load_model_for(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
     from bertforge.inference import prediction_rows, read_inputs, write_jsonl
+    from bertforge.output_paths import output_file
 
+    output_file(args.out, "--out", "predictions.jsonl")
     loaded = load_model_for(args)
     split = read_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                         delimiter=args.delimiter)

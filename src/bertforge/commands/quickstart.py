@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from bertforge.commands.common import add_command
 
@@ -31,11 +30,12 @@ def run(args: argparse.Namespace) -> int:
 
     from bertforge.errors import BertforgeError
     from bertforge.inference import quiet_transformers
+    from bertforge.output_paths import output_directory
     from bertforge.quickstart import QuickstartPlan, run_quickstart
 
     quiet_transformers()
 
-    changes: dict[str, object] = {"out_dir": Path(args.out)}
+    changes: dict[str, object] = {"out_dir": output_directory(args.out, "--out")}
     for field, value in (("pretrain_steps", args.pretrain_steps), ("train_rows", args.train_rows),
                          ("test_rows", args.test_rows)):
         if value is not None:

@@ -38,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
+    from bertforge.output_paths import output_directory
 
+    output_directory(args.out, "--out")
     loaded = train_tokenizer_from_inputs(args.input, args.out, vocab_size=args.vocab_size, lowercase=args.lowercase,
                                          text_field=args.text_field, min_frequency=args.min_frequency,
                                          show_progress=progress_enabled())

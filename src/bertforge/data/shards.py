@@ -113,6 +113,9 @@ def read_manifest(url: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise DataError(f"{where} not found: {url} is not a prepared dataset (or its preparation did not finish); "
                         "run `bertforge prepare pretrain --out ...` first") from None
+    except NotADirectoryError:
+        raise DataError(f"{url} is a file, not a prepared dataset directory; give the directory that "
+                        "`bertforge prepare pretrain --out` wrote") from None
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as error:
