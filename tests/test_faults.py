@@ -367,3 +367,19 @@ def test_outputs_of_the_wrong_kind_are_one_line_errors_before_any_work(
         error = capsys.readouterr().err.strip()
         assert message in error and "Traceback" not in error and len(error.splitlines()) == 1, (name, error)
     assert a_file.read_text(encoding="utf-8") == "mine\n" and not any(a_directory.iterdir())
+
+
+def test_predict_and_evaluate_name_their_own_flags_for_a_missing_column(
+        classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bertforge.cli import main
+
+    data = tmp_path / "reviews.csv"
+    data.write_text("review,stars\ngreat,5\nawful,1\n", encoding="utf-8")
+    for argv, flag in ((["predict", str(classifier), "--input", str(data), "--out", str(tmp_path / "p.jsonl")],
+                        "--text-column"),
+                       (["evaluate", str(classifier), "--data", str(data), "--text-column", "review"],
+                        "--label-column")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        error = capsys.readouterr().err
+        assert f"set {flag} to one of them" in error and "finetune." not in error, error

@@ -149,7 +149,8 @@ def read_inputs(source: str | Path, *, text_column: str = "text", text_pair_colu
     from bertforge.locate import resolve_data_file
 
     return read_labeled_split(resolve_data_file(str(source)) or str(source), with_labels=False,
-                              columns=Columns(text_column, text_pair_column), delimiter=delimiter, split="input")
+                              columns=Columns(text_column, text_pair_column), delimiter=delimiter, split="input",
+                              cli_flags=True)  # predict's options: errors name --text-column, not finetune.*
 
 
 def prediction_rows(loaded: LoadedModel, split: LabeledSplit, batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
@@ -249,7 +250,7 @@ def evaluate_file(loaded: LoadedModel, data: str | Path, *, split: str = "evalua
         labels = LabelSet(names, origin=f"the model's labels ({loaded.name})")
     labeled = read_labeled_split(resolve_data_file(str(data)) or str(data), task_type=task_type, labels=labels,
                                  columns=Columns(text_column, text_pair_column, label_column), label_map=label_map,
-                                 delimiter=delimiter, split=split)
+                                 delimiter=delimiter, split=split, cli_flags=True)
     dataset = LabeledDataset(labeled, loaded.tokenizer(), loaded.max_length)
     return evaluate_dataset(classifier, dataset, split, batch_size)
 

@@ -378,18 +378,23 @@ class LabeledSplit:
         return {name: i for i, name in enumerate(self.label_names)}
 
 
-def _column_hint(records: Records) -> str:
+def setting_name(key: str, cli_flags: bool) -> str:
+    """How the user sets `key`: `--text-column` on predict/evaluate's command line, else `finetune.text_column`."""
+    return f"--{key.replace('_', '-')}" if cli_flags else f"finetune.{key}"
+
+
+def _column_hint(records: Records, cli_flags: bool) -> str:
     if records.delimiter is None or len(records.columns) != 1:
         return ""
     only = records.columns[0]
     for candidate, name in DELIMITER_NAMES.items():
         if candidate != records.delimiter and candidate in only:
-            return (f"; the header looks {name}-separated — set finetune.delimiter to {candidate!r} "
-                    f"(or give the file the matching extension)")
+            return (f"; the header looks {name}-separated — set {setting_name('delimiter', cli_flags)} to "
+                    f"{candidate!r} (or give the file the matching extension)")
     return ""
 
 
-def _check_columns(records: Records, needed: Mapping[str, str]) -> None:
+def _check_columns(records: Records, needed: Mapping[str, str], cli_flags: bool) -> None:
     if not records.columns:
         raise DataError(f"{records.source}: no rows; the file is empty")
     # line files take their columns from line 1 (the header, or the first JSON record)
@@ -398,7 +403,7 @@ def _check_columns(records: Records, needed: Mapping[str, str]) -> None:
         if column not in records.columns:
             found = ", ".join(repr(c) for c in records.columns) or "none"
             raise DataError(f"{where}: no column {column!r} (columns found: {found}); set "
-                            f"finetune.{config_key} to one of them{_column_hint(records)}")
+                            f"{setting_name(config_key, cli_flags)} to one of them{_column_hint(records, cli_flags)}")
 
 
 def _text(value: Any, column: str, where: str) -> str:
@@ -426,12 +431,14 @@ def _regression_target(value: Any, column: str, where: str) -> float:
 
 def read_labeled_split(source: str | Path, *, task_type: str = "classification", columns: Columns = Columns(),
                        labels: LabelSet | None = None, label_map: Mapping[str, str] | None = None,
-                       delimiter: str | None = None, split: str = "train", with_labels: bool = True) -> LabeledSplit:
+                       delimiter: str | None = None, split: str = "train", with_labels: bool = True,
+                       cli_flags: bool = False) -> LabeledSplit:
     """Read, check and encode one split.
 
     Classification labels are encoded against `labels`; when it is None (the train split with no
     `finetune.labels`) the sorted labels of this split become the label set. `label_map` (raw label
     -> class name) is applied first. `with_labels=False` reads only the texts (prediction input).
+    `cli_flags`: errors name the command-line flags (`--text-column`), not the config keys.
     """
     if task_type not in TASK_TYPES:
         raise ConfigError(f"task_type {task_type!r} is not one of {', '.join(TASK_TYPES)}")
@@ -442,7 +449,7 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
     if with_labels:
         needed["label_column"] = columns.label
     records = read_records(source, split=split, delimiter=delimiter, columns=list(needed.values()))
-    _check_columns(records, needed)
+    _check_columns(records, needed, cli_flags)
 
     texts: list[str] = []
     pairs: list[str] | None = [] if columns.text_pair is not None else None
@@ -452,7 +459,8 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
         where = records.where(number)
         for config_key, column in needed.items():
             if column not in row:
-                raise DataError(f"{where}: the row has no field {column!r}; add it (finetune.{config_key})")
+                raise DataError(f"{where}: the row has no field {column!r}; add it "
+                                f"({setting_name(config_key, cli_flags)})")
         texts.append(_text(row[columns.text], columns.text, where))
         if pairs is not None:
             pairs.append(_text(row[columns.text_pair], columns.text_pair, where))  # type: ignore[index]
