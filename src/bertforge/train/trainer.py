@@ -26,6 +26,7 @@ from torch import nn
 from bertforge.config import Config, save_config
 from bertforge.console import log
 from bertforge.data.sampler import BatchGeometry
+from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.train import distributed as D
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
@@ -40,7 +41,6 @@ from bertforge.train.optim import (
 )
 from bertforge.train.precision import Precision, resolve_precision
 from bertforge.train.resume_config import check_resumed_config
-from bertforge.train.run_lock import RunInUseError, RunLock
 from bertforge.train.task import Batch, Task, TaskData
 
 
@@ -92,20 +92,20 @@ class Trainer:
                                       self.env.world_size, self.env.rank)
         self._stop_signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
-        self.run_lock = RunLock(self.run_dir)
+        self.run_lock = DirectoryLock(self.run_dir, "run directory", "choose another run.name")
 
     # --- set-up ---------------------------------------------------------------------------------
 
     def _lock_run_dir(self) -> None:
         """One writer per run directory, before anything in it is written (rank 0 holds the lock)."""
-        refused: RunInUseError | None = None
+        refused: DirectoryInUseError | None = None
         if self.env.is_main:
             try:
                 self.run_lock.acquire()
-            except RunInUseError as error:
+            except DirectoryInUseError as error:
                 refused = error
         if D.any_rank(refused is not None, self.env, self.device):
-            raise refused or RunInUseError(f"run directory {self.run_dir} is in use by another process")
+            raise refused or DirectoryInUseError(f"run directory {self.run_dir} is in use by another process")
 
     def _build(self) -> None:
         config = self.config

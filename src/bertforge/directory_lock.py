@@ -1,10 +1,11 @@
-"""One writer per run directory: an advisory lock held for the life of the training process.
+"""One writer per directory: an advisory lock held while a process writes a run or a dataset.
 
 Two processes training into one run directory would interleave their metrics, mix checkpoint
-state and overwrite each other's `final/`. The lock is `fcntl.flock` on `RUN_DIR/.lock`: the
-kernel releases it when the holder exits or is killed (kill -9 included), so a stale lock never
-needs cleaning up. The file records who holds it (PID, host, start time) for the error message.
-Under torchrun only rank 0 takes it; the trainer shares the outcome with every rank.
+state and overwrite each other's `final/`; two `prepare`s into one `--out` delete each other's
+shard entries. The lock is `fcntl.flock` on `DIR/.lock`: the kernel releases it when the holder
+exits or is killed (kill -9 included), so a stale lock never needs cleaning up. The file records
+who holds it (PID, host, start time) for the error message. Under torchrun only rank 0 takes the
+run's lock; the trainer shares the outcome with every rank.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from bertforge.errors import BertforgeError
 LOCK_NAME = ".lock"
 
 
-class RunInUseError(BertforgeError):
-    """Another live process holds the run directory's lock."""
+class DirectoryInUseError(BertforgeError):
+    """Another live process holds the directory's lock."""
 
 
 def holder_of(lock_path: Path) -> str:
@@ -34,11 +35,15 @@ def holder_of(lock_path: Path) -> str:
         return "another process"
 
 
-class RunLock:
-    """Hold `run_dir/.lock` exclusively until `release()` or the process ends."""
+class DirectoryLock:
+    """Hold `directory/.lock` exclusively until `release()` or the process ends.
 
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_NAME
+    `what` names the directory in the error ("run directory"); `advice` says what else to do.
+    """
+
+    def __init__(self, directory: Path, what: str, advice: str) -> None:
+        self.path = directory / LOCK_NAME
+        self.what, self.advice = what, advice
         self._handle: IO[str] | None = None
 
     def acquire(self) -> None:
@@ -48,8 +53,8 @@ class RunLock:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            raise RunInUseError(f"run directory {self.path.parent} is in use by {holder_of(self.path)}; wait for it to "
-                                "finish or stop it, or choose another run.name") from None
+            raise DirectoryInUseError(f"{self.what} {self.path.parent} is in use by {holder_of(self.path)}; wait for it "
+                                      f"to finish or stop it, or {self.advice}") from None
         handle.seek(0)
         handle.truncate()
         since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
