@@ -121,7 +121,7 @@ def test_non_finite_loss_policies(policy: str, tmp_path: Path, monkeypatch: pyte
     run_dir = tmp_path / policy
     monkeypatch.setenv("BERTFORGE_TEST_NAN_AT", str(2 * 6 - 1))  # the first micro-batch of step 6
     trainer_tasks.InjectsNaN.calls = 0
-    config = config_for(run_dir, f"train.nan_policy={policy}", "train.checkpoint_every=2")
+    config = config_for(run_dir, f"train.nan_policy={policy}", "train.checkpoint_every=2", "train.keep_last=10")
     if policy == "stop":
         with pytest.raises(BertforgeError, match="non-finite loss at step 6"):
             Trainer(config, trainer_tasks.InjectsNaN(config)).fit()
@@ -132,6 +132,38 @@ def test_non_finite_loss_policies(policy: str, tmp_path: Path, monkeypatch: pyte
     flagged = [r for r in metrics(run_dir) if r.get("non_finite_loss")]
     assert [r["step"] for r in flagged] == [6]
     assert all(torch.isfinite(t).all() for t in final_weights(run_dir).values())
+    # what tells the policies apart: rollback restores step 4's weights when step 6 fails (the
+    # checkpoint saved at step 6 holds them); skip keeps step 5's update and drops only step 6's
+    step = {n: torch.load(run_dir / "checkpoints" / f"step-{n:08d}" / "model.pt", weights_only=True) for n in (4, 6)}
+    same = all(torch.equal(step[4][k], step[6][k]) for k in step[4])
+    assert same == (policy == "rollback")
+
+
+def test_keep_last_k_leaves_exactly_the_k_newest_checkpoints(tmp_path: Path) -> None:
+    run_dir = tmp_path / "kept"
+    config = config_for(run_dir, "train.checkpoint_every=2", "train.keep_last=3")
+    Trainer(config, trainer_tasks.NoDropout(config)).fit()
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.is_dir())
+    assert kept == ["step-00000008", "step-00000010", "step-00000012"]
+
+
+def test_clipping_bounds_the_update_by_the_limit(tmp_path: Path) -> None:
+    """With plain SGD (lr 1, no momentum or decay) one step moves the weights by exactly the clipped
+    gradient, so its norm must be the limit although the raw gradient (logged) is larger."""
+    limit = 0.01
+    run_dir = tmp_path / "clipped"
+    config = config_for(run_dir, "optim.name=sgd", "optim.lr=1.0", "optim.weight_decay=0.0", "optim.momentum=0.0",
+                        "schedule.name=constant", "schedule.warmup=0", "train.max_steps=1",
+                        f"optim.clip_grad_norm={limit}")
+    task = trainer_tasks.NoDropout(config)
+    task.build_datasets()
+    torch.manual_seed(config.run.seed)  # the trainer draws the initial weights right after this seed
+    initial = {k: v.clone() for k, v in task.build_model().state_dict().items()}
+    Trainer(config, trainer_tasks.NoDropout(config)).fit()
+    trained = final_weights(run_dir)
+    update = torch.sqrt(sum(((trained[k] - initial[k]).double() ** 2).sum() for k in initial))
+    assert metrics(run_dir)[0]["grad_norm"] > 10 * limit  # the raw gradient was well above the limit
+    assert float(update) == pytest.approx(limit, rel=1e-3)
 
 
 def test_global_batch_must_divide_into_micro_batches(tmp_path: Path) -> None:
