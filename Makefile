@@ -42,7 +42,7 @@ demo: install
 	$(VENV)/bin/bertforge quickstart
 
 test: install-dev sample-sources
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@BERTFORGE_STRICT_TESTS=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests; the suite must never be empty"; exit 1; fi; \
 	exit $$rc
 

@@ -1,0 +1,41 @@
+"""`make test` turns a skip for a package it installs into a failure (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SKIPPING_TESTS = '''
+import sys
+import pytest
+
+def test_needs_onnxruntime(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
+    pytest.importorskip("onnxruntime")
+
+def test_needs_something_optional():
+    pytest.importorskip("a_package_make_test_does_not_install")
+'''
+
+
+def run_pytest(directory: Path, strict: bool) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "BERTFORGE_STRICT_TESTS"}
+    if strict:
+        env["BERTFORGE_STRICT_TESTS"] = "1"
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(directory)],
+                          cwd=directory, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_skip_for_a_package_make_test_installs_fails_under_make_test_only(tmp_path: Path) -> None:
+    shutil.copyfile(HERE / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_skipping.py").write_text(SKIPPING_TESTS, encoding="utf-8")
+    strict = run_pytest(tmp_path, strict=True)
+    assert "1 failed, 1 skipped" in strict.stdout, strict.stdout
+    assert "although `make test` installs onnxruntime" in strict.stdout
+    relaxed = run_pytest(tmp_path, strict=False)
+    assert "2 skipped" in relaxed.stdout and relaxed.returncode == 0, relaxed.stdout
