@@ -403,3 +403,17 @@ def test_predict_and_evaluate_name_their_own_flags_for_a_missing_column(
         assert main(argv) == 2
         error = capsys.readouterr().err
         assert f"set {flag} to one of them" in error and "finetune." not in error, error
+
+
+def test_an_error_raised_in_a_data_loader_worker_is_one_line_without_the_workers_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(config_to_yaml(load_config(None, [*LONG_RUN, "train.max_steps=4", "data.num_workers=1",
+                                                        f"run.output_dir={tmp_path}", "run.name=run"])),
+                      encoding="utf-8")
+    task = f"{ROOT / 'tests' / 'helpers' / 'trainer_tasks.py'}:CorruptRowInWorker"
+    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "train", "--task", task, str(config)], cwd=ROOT,
+                               env=ENV, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 2, completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert lines[-1] == "error: shard-00000: checksum mismatch; re-run `bertforge prepare`"
+    assert "Traceback" not in completed.stderr and "worker process" not in completed.stderr

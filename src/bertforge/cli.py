@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from bertforge import __version__
 from bertforge.console import NORMAL, QUIET, VERBOSE, console, setup_logging
-from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError
+from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError, user_message
 
 COMMAND_MODULES = [
     "bertforge.commands.quickstart",
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except BertforgeError as error:
         if debug:
             console.print_exception()
-        console.print(f"[bold red]error:[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(user_message(error))}", markup=True, highlight=False, soft_wrap=True)
         return error.exit_code
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")

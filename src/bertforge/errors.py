@@ -36,6 +36,20 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+WORKER_TRACEBACK_MARK = "Original Traceback (most recent call last):"
+
+
+def user_message(error: BertforgeError) -> str:
+    """The one line to show for a user error, also when a DataLoader worker raised it: PyTorch re-raises
+    it in the main process with the worker's whole traceback in front of our message."""
+    text = str(error)
+    if WORKER_TRACEBACK_MARK not in text:
+        return text
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    prefix = f"{type(error).__module__}.{type(error).__name__}: "
+    return last[len(prefix):] if last.startswith(prefix) else last
+
+
 def location(path: object, line: int | None = None) -> str:
     """Format `path:line` for error messages (line numbers are 1-based)."""
     return f"{path}:{line}" if line is not None else str(path)

@@ -17,7 +17,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "tasks"))
 from bag_of_words import BagOfWordsSupersense  # noqa: E402
 
-from bertforge.train.task import Batch  # noqa: E402
+from bertforge.errors import DataError  # noqa: E402
+from bertforge.train.task import Batch, TaskData  # noqa: E402
 
 
 class NoDropout(BagOfWordsSupersense):
@@ -74,3 +75,23 @@ class CrashesOnceAtStep4(NoDropout):
                     marker.write_text("crashed")
                     os._exit(1)
         return super().forward_step(batch, model)
+
+
+class CorruptRowInWorker(NoDropout):
+    """Its training rows raise a DataError when read, as a corrupt shard does inside a loader worker."""
+
+    def build_datasets(self) -> TaskData:
+        data = super().build_datasets()
+        data.train = _CorruptRows(len(data.train))
+        return data
+
+
+class _CorruptRows:
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):  # type: ignore[no-untyped-def]
+        raise DataError("shard-00000: checksum mismatch; re-run `bertforge prepare`")

@@ -33,7 +33,7 @@ from typing import Any
 
 from bertforge.config import Config, config_to_yaml, load_config
 from bertforge.console import log
-from bertforge.errors import BertforgeError, ConfigError
+from bertforge.errors import BertforgeError, ConfigError, user_message
 from bertforge.processes import kill_with_parent_preexec
 from bertforge.tasks.glue_tasks import (
     GLUE_TASKS,
@@ -159,7 +159,7 @@ def worker_main(argv: Sequence[str]) -> int:
     try:
         return run_job(Path(argv[0]))  # 143/130 when a signal stopped the job: the runner must not record it done
     except BertforgeError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {user_message(error)}", file=sys.stderr)
         return error.exit_code
 
 
