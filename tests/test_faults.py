@@ -417,3 +417,44 @@ def test_an_error_raised_in_a_data_loader_worker_is_one_line_without_the_workers
     lines = completed.stderr.strip().splitlines()
     assert lines[-1] == "error: shard-00000: checksum mismatch; re-run `bertforge prepare`"
     assert "Traceback" not in completed.stderr and "worker process" not in completed.stderr
+
+
+# --- a disk that refuses writes -----------------------------------------------------------------------
+
+
+def with_file_size_limit(limit: int) -> Callable[[], None]:
+    """The child may write no file beyond `limit` bytes (EFBIG, as a full disk gives ENOSPC): a write
+    refused by the system, reproducible without root or a small mount."""
+    import resource
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get the error, not the signal
+
+    return apply
+
+
+def test_a_refused_checkpoint_write_is_one_line_and_leaves_no_half_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    command = train_command(run_dir, "train.max_steps=4")  # a checkpoint (~2 MB of weights) every 2 steps
+    completed = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+                               preexec_fn=with_file_size_limit(1 << 20))
+    assert completed.returncode == 2, completed.stderr
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: could not write") and "free space or choose a writable location" in last, last
+    assert "Traceback" not in completed.stderr and "internal error" not in completed.stderr
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == []  # no half-written step-N or .tmp-*
+    # with room again, the same command trains from the start and finishes
+    again = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was(classifier: Path,
+                                                                                tmp_path: Path) -> None:
+    out = tmp_path / "exported"
+    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "export", str(classifier), "--out", str(out)],
+                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+                               preexec_fn=with_file_size_limit(64 << 10))
+    assert completed.returncode == 2, completed.stderr
+    assert "could not write" in completed.stderr and "Traceback" not in completed.stderr
+    assert not out.exists() and not list(tmp_path.glob(".exported*"))  # no staging directory left behind

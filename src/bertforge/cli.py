@@ -7,6 +7,7 @@ listed in `COMMAND_MODULES` only once it works end to end (no placeholder comman
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -15,7 +16,7 @@ from rich.markup import escape
 
 from bertforge import __version__
 from bertforge.console import NORMAL, QUIET, VERBOSE, console, setup_logging
-from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, BertforgeError, user_message
+from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, USER_ERROR_EXIT_CODE, BertforgeError, user_message
 
 COMMAND_MODULES = [
     "bertforge.commands.quickstart",
@@ -59,6 +60,10 @@ def add_global_flags(parser: argparse.ArgumentParser) -> None:
                        help="show full tracebacks for errors")
 
 
+# what the file system says when the user's disk, quota, mount or limits (not bertforge) refuse a write
+FILE_SYSTEM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -79,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
         return 130
-    except Exception as error:  # a bug in bertforge, not the user's fault -- unless a peer rank died
+    except Exception as error:  # a bug in bertforge, not the user's fault -- unless a peer rank died or the disk
+        if not debug and isinstance(error, OSError) and error.errno in FILE_SYSTEM_ERRNOS:
+            # a full or read-only disk met by a plain write (metrics, reports, logs)
+            target = f" {error.filename}" if error.filename else ""
+            console.print(f"[bold red]error:[/] could not write{escape(target)}: "
+                          f"{escape(error.strerror or str(error))}; free space or choose a writable location, then "
+                          "run the command again", highlight=False, soft_wrap=True)
+            return USER_ERROR_EXIT_CODE
         if debug:
             console.print_exception()
         elif (peer_failure := peer_failure_line(error)) is not None:

@@ -54,6 +54,7 @@ from bertforge.data.shards import (
 from bertforge.data.sources import Document, Source, fingerprint_sources, iter_documents, resolve_inputs
 from bertforge.data.tokenizer import LoadedTokenizer, load_tokenizer
 from bertforge.directory_lock import DirectoryLock
+from bertforge.disk import disk_write
 from bertforge.errors import DataError
 from bertforge.processes import die_with_parent
 
@@ -355,9 +356,12 @@ def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, wo
     started = time.perf_counter()
     runner = _TaskRunner(workers, str(loaded.path))
     try:
-        chunk_documents, text_bytes = _tokenize_stage(runner, sources, settings, str(loaded.path), staging,
-                                                      progress_enabled() if progress is None else progress)
-        splits = _build_stage(runner, chunk_documents, settings, str(loaded.path), staging, shard_dir, build_name)
+        # a full disk keeps the staged chunks: the same command resumes where this one stopped
+        with disk_write(work, "run the same command again to resume the preparation"):
+            chunk_documents, text_bytes = _tokenize_stage(runner, sources, settings, str(loaded.path), staging,
+                                                          progress_enabled() if progress is None else progress)
+            splits = _build_stage(runner, chunk_documents, settings, str(loaded.path), staging, shard_dir,
+                                  build_name)
     except DataError:
         # fixing bad input changes the content hash, so this run's partial work can never be reused
         shutil.rmtree(staging, ignore_errors=True)

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertforge import __version__
+from bertforge.disk import disk_write
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
 
@@ -161,7 +162,8 @@ def write_directory_atomically(directory: Path, write: Callable[[Path], None]) -
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        write(staging)
+        with disk_write(directory, f"run the same command again ({directory} was left as it was)"):
+            write(staging)
         if directory.exists():
             retired = directory.parent / f".{directory.name}.old-{os.getpid()}"
             shutil.rmtree(retired, ignore_errors=True)

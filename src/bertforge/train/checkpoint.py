@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.disk import disk_write
 from bertforge.errors import BertforgeError
 from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
 
@@ -123,15 +124,17 @@ class CheckpointManager:
             shutil.rmtree(temporary, ignore_errors=True)
             temporary.mkdir(parents=True)
         barrier(self.env)
-        self._save_tensors(model, optimizer, temporary)
-        torch.save(rng_state(), temporary / f"rng-rank{self.env.rank}.pt")
-        barrier(self.env)  # every rank has written its part
+        previous = self.latest()
+        then = (f"run the same command to resume from {previous.name}" if previous is not None
+                else "run the same command again")
+        try:
+            with disk_write(temporary, then):
+                self._write(model, optimizer, scaler, state, temporary)
+        except BaseException:
+            if self.env.is_main:  # a full disk leaves no half checkpoint, only the complete older ones
+                shutil.rmtree(temporary, ignore_errors=True)
+            raise
         if self.env.is_main:
-            if scaler is not None:
-                torch.save(scaler.state_dict(), temporary / "scaler.pt")
-            meta = asdict(state) | {"world_size": self.env.world_size}
-            (temporary / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-            _fsync_tree(temporary)
             if final.exists():  # a rollback re-saves a step; replace it whole
                 shutil.rmtree(final)
             os.replace(temporary, final)
@@ -141,6 +144,18 @@ class CheckpointManager:
             self._prune()
         barrier(self.env)
         return final
+
+    def _write(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, state: TrainingState,
+               temporary: Path) -> None:
+        self._save_tensors(model, optimizer, temporary)
+        torch.save(rng_state(), temporary / f"rng-rank{self.env.rank}.pt")
+        barrier(self.env)  # every rank has written its part
+        if self.env.is_main:
+            if scaler is not None:
+                torch.save(scaler.state_dict(), temporary / "scaler.pt")
+            meta = asdict(state) | {"world_size": self.env.world_size}
+            (temporary / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            _fsync_tree(temporary)
 
     def _save_tensors(self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
         if is_fsdp(model):
