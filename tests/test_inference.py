@@ -159,5 +159,10 @@ def test_models_without_the_needed_head_are_refused_with_what_to_do(mlm_model: t
         prediction_rows(load_model(mlm_model[0]), read_inputs("bundled:supersense/test"))
     with pytest.raises(BertforgeError, match="no \\[MASK\\] token"):
         fill_mask(load_model(mlm_model[0]), "nothing to fill")
+    loaded = load_model(mlm_model[0])
+    too_long = " ".join(["word"] * (loaded.max_length + 10)) + " the [MASK] of the law"
+    with pytest.raises(BertforgeError, match=rf"1 of the 1 \[MASK\] tokens lie beyond the model's limit of "
+                                             rf"{loaded.max_length} tokens and were cut off"):
+        fill_mask(loaded, too_long)
     with pytest.raises(BertforgeError, match="is not a model"):
         load_model(classifier_run / "checkpoints")

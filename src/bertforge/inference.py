@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.console import log
 from bertforge.data.labeled import (
     Columns,
     LabeledDataset,
@@ -328,6 +329,14 @@ def fill_mask(loaded: LoadedModel, text: str, top_k: int = 5) -> list[list[MaskP
     encoding = tokenizer.encode(text)
     ids = torch.tensor(encoding.ids, dtype=torch.long)
     masked_positions = (ids == special.mask_id).nonzero().flatten()
+    written = text.count(mask_token)
+    if written > masked_positions.numel():  # truncation to the model's length cut them off
+        cut = written - masked_positions.numel()
+        message = (f"{cut} of the {written} {mask_token} tokens lie beyond the model's limit of {loaded.max_length} "
+                   "tokens and were cut off; shorten the text before them")
+        if masked_positions.numel() == 0:
+            raise BertforgeError(message)
+        log.warning(message)
     if masked_positions.numel() == 0:
         raise BertforgeError(f"the text has no {mask_token} token to fill; write e.g. \"the {mask_token} of the law\"")
     output = model(input_ids=ids, token_type_ids=torch.tensor(encoding.type_ids, dtype=torch.long),
