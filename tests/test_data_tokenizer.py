@@ -106,3 +106,16 @@ def test_the_cli_trains_a_tokenizer_and_prepares_data_from_the_bundled_corpus_sl
     assert (tmp_path / "data" / "index.json").is_file()
     assert main(["-q", "prepare", "pretrain", "--input", str(tmp_path / "missing.txt"), "--tokenizer",
                  str(tmp_path / "tok"), "--out", str(tmp_path / "data")]) == 2
+
+
+def test_a_corpus_with_thousands_of_characters_stays_within_the_vocab_size() -> None:
+    import random
+
+    from bertforge.data.tokenizer import train_wordpiece
+
+    rng = random.Random(0)
+    characters = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)]  # CJK: each one a word of its own
+    texts = ["the quick brown fox " + " ".join(rng.choice(characters) for _ in range(50)) for _ in range(2000)]
+    tokenizer = train_wordpiece(texts, vocab_size=2048, min_frequency=1)
+    assert tokenizer.get_vocab_size() <= 2048  # it was 3,072 with the whole alphabet kept
+    assert tokenizer.token_to_id("fox") is not None

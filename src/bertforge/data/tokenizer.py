@@ -123,13 +123,19 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = 
     if vocab_size < len(SPECIAL_TOKENS) + 100:
         raise DataError(f"--vocab-size {vocab_size} is too small; give at least {len(SPECIAL_TOKENS) + 100}")
     tokenizer = build_wordpiece_tokenizer(lowercase)
+    # the trainer keeps every character it saw, beyond vocab_size if need be: a corpus with thousands of
+    # distinct characters (CJK, emoji) gave 3,072 tokens for --vocab-size 2048 and no word of it. The
+    # alphabet is capped at half the vocabulary; rarer characters become [UNK], as in BERT's own vocab.
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                         special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##",
-                                        show_progress=show_progress)
+                                        limit_alphabet=vocab_size // 2, show_progress=show_progress)
     tokenizer.train_from_iterator(texts, trainer=trainer)
     trained = tokenizer.get_vocab_size()
     if trained <= len(SPECIAL_TOKENS):
         raise DataError("the inputs hold no text to train a tokenizer on; check --input and --text-field")
+    if trained > vocab_size:
+        log.warning(f"the tokenizer has {trained:,} tokens, more than --vocab-size {vocab_size:,}: WordPiece keeps "
+                    "every character of its alphabet and every ## form of them")
     vocab = tokenizer.get_vocab()
     target = padded_vocab_size(trained)
     for n in range(target - trained):
