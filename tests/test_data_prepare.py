@@ -151,6 +151,13 @@ def test_a_corrupt_or_truncated_shard_is_reported_by_name(prepared: Path, tmp_pa
     tokens.write_bytes(bytes(data[:-100]))
     with pytest.raises(DataError, match=rf"shard {shard['name']}: .*truncated"):
         PretokenizedDataset(copy, "train", verify_checksums=False)
+    # a manifest whose sample count disagrees with the offsets: found when the dataset opens, in this
+    # process, not later inside a loader worker
+    tokens.write_bytes(bytes(data))
+    shard["samples"] += 1
+    (copy / "index.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=rf"shard {shard['name']}: its offsets do not match the manifest"):
+        PretokenizedDataset(copy, "train", verify_checksums=False)
 
 
 def test_fsspec_urls_work_for_output_and_remote_shards_are_cached_locally(prepared: Path, corpus_slice: Path,

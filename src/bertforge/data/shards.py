@@ -191,6 +191,9 @@ class PretokenizedDataset:
         self.has_pairs = bool(self.manifest["settings"]["nsp"])
         self.seq_len = int(self.manifest["settings"]["seq_len"])
         self._arrays: list[dict[str, np.ndarray]] | None = None
+        # every shard checked against the manifest now, in this process (memory maps: headers only), so
+        # a corrupt one is found when the dataset opens, not later inside a loader worker
+        self._open()
 
     def _materialise(self, verify_checksums: bool, cache_dir: str | Path | None) -> Path:
         if is_local(self.url):
