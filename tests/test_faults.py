@@ -458,3 +458,29 @@ def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was
     assert completed.returncode == 2, completed.stderr
     assert "could not write" in completed.stderr and "Traceback" not in completed.stderr
     assert not out.exists() and not list(tmp_path.glob(".exported*"))  # no staging directory left behind
+
+
+# --- a damaged model --------------------------------------------------------------------------------------
+
+
+def test_a_truncated_model_file_is_a_one_line_error_for_every_command_that_loads_it(
+        classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bertforge.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(classifier / "final", model)
+    shutil.copytree(classifier, tmp_path / "run")  # a checkpoint is read with its run's config
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000002"
+    for directory, weights in ((model, "model.safetensors"), (checkpoint, "model.pt")):
+        data = (directory / weights).read_bytes()
+        (directory / weights).write_bytes(data[: len(data) // 2])
+    data = str(classifier.parent / "data" / "supersense-test-16.jsonl")
+    for argv in (["predict", str(model), "--input", data, "--out", str(tmp_path / "p.jsonl")],
+                 ["evaluate", str(model), "--data", data],
+                 ["export", str(model), "--out", str(tmp_path / "exported")],
+                 ["export", str(checkpoint), "--out", str(tmp_path / "exported")]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        error = capsys.readouterr().err.strip()
+        assert "the model's weights cannot be read" in error and "truncated or corrupt" in error, error
+        assert len(error.splitlines()) == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from bertforge.data.labeled import (
     collate_unpadded,
     read_labeled_split,
 )
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, first_line
 from bertforge.locate import ModelLocation, load_checkpoint_model, locate_model, tokenizer_dir_for
 from bertforge.tasks.metrics import (
     ClassReport,
@@ -84,18 +85,41 @@ class LoadedModel:
         return self.model
 
 
+# what a truncated or corrupt weights file raises: safetensors' SafetensorError, torch.load's RuntimeError
+# from its zip reader, EOFError/UnpicklingError from pickle
+CORRUPT_FILE_MARKS = ("deserializing header", "incomplete metadata", "PytorchStreamReader", "zip archive",
+                      "invalid load key", "file not fully covered", "MetadataIncompleteBuffer")
+
+
+def _safetensor_error() -> type[Exception]:
+    from safetensors import SafetensorError
+
+    return SafetensorError
+
+
+UNREADABLE_MODEL_FILES: tuple[type[BaseException], ...] = (
+    _safetensor_error(), EOFError, pickle.UnpicklingError, RuntimeError, ValueError)
+
+
 def load_model(reference: str | Path) -> LoadedModel:
     """Load any model `bertforge.locate` understands, on the CPU, in eval mode."""
     from bertforge.models import load_bertforge_model
     from bertforge.models.hf import load_hf_checkpoint
 
     location = locate_model(reference)
-    if location.kind == "bertforge":
-        model = load_bertforge_model(location.path)
-    elif location.kind == "hf":
-        model = load_hf_checkpoint(location.path)
-    else:
-        model = load_checkpoint_model(location.path, location.run_dir)
+    try:
+        if location.kind == "bertforge":
+            model = load_bertforge_model(location.path)
+        elif location.kind == "hf":
+            model = load_hf_checkpoint(location.path)
+        else:
+            model = load_checkpoint_model(location.path, location.run_dir)
+    except UNREADABLE_MODEL_FILES as error:
+        if isinstance(error, RuntimeError | ValueError) and not any(
+                mark in str(error) for mark in CORRUPT_FILE_MARKS):
+            raise  # not a damaged file: a bug to report, not the user's to fix
+        raise BertforgeError(f"{location.path}: the model's weights cannot be read ({first_line(error)}); the file is "
+                             "truncated or corrupt: copy or export the model again") from None
     model.eval()
     limit = model.config.max_position_embeddings if model.config.position == "learned" else DEFAULT_MAX_LENGTH
     max_length = min(DEFAULT_MAX_LENGTH, limit)
