@@ -171,3 +171,39 @@ def test_a_failing_job_stops_the_run_with_its_error_and_log(tmp_path: Path, glue
     with pytest.raises(BertforgeError, match=r"GLUE job RTE seed 19 failed \(exit code 2\): .*max_length is 600"
                                              r".*job\.log"):
         run_glue(config, glue_dir, jobs=1)
+
+
+def test_killing_the_runner_kills_its_job_so_a_rerun_never_meets_an_orphan(glue_dir: Path, tmp_path: Path) -> None:
+    """kill -9 of `bertforge glue`: its job processes die with it (they were left training before)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from bertforge.config import config_to_yaml
+
+    config = tmp_path / "glue.yaml"
+    config.write_text(config_to_yaml(glue_config(
+        tmp_path, "finetune.glue_tasks=[rte]", "finetune.glue_seeds=1",
+        "finetune.glue_overrides={all: [train.max_steps=1000000, finetune.max_length=64, "
+        "train.micro_batch_size=16, train.global_batch_size=16]}")), encoding="utf-8")
+    runner = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "glue", str(config), "--data-dir",
+                               str(glue_dir), "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    lock = tmp_path / "glue" / "rte" / "seed-19" / ".lock"
+    try:
+        deadline = time.monotonic() + 180
+        while not (lock.is_file() and lock.stat().st_size > 0):  # the job holds its run directory
+            assert time.monotonic() < deadline and runner.poll() is None, "the GLUE job never started"
+            time.sleep(0.1)
+        job_pid = json.loads(lock.read_text())["pid"]
+        os.kill(runner.pid, signal.SIGKILL)  # the runner only
+        runner.wait()
+        deadline = time.monotonic() + 15
+        while Path(f"/proc/{job_pid}").exists() and "Z" not in Path(f"/proc/{job_pid}/stat").read_text().split()[2]:
+            assert time.monotonic() < deadline, f"the job (PID {job_pid}) outlived its runner"
+            time.sleep(0.1)
+    finally:  # whatever happened, nothing of this test keeps running
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-9", "-f", str(tmp_path)], check=False)
