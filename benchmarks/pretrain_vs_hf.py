@@ -601,7 +601,7 @@ def fine_tune_accuracy(model_dir: str, name: str, seed: int, work: Path, threads
     path for every arm (a fresh pooler and classifier on each: neither MLM model has a pooler)."""
     import torch
 
-    from bertforge.config import load_config
+    from bertforge.config import finetune_defaults, load_config
     from bertforge.data.bundled import supersense_labels, supersense_lines
     from bertforge.tasks.classify import ClassificationTask
     from bertforge.train.trainer import Trainer
@@ -618,7 +618,7 @@ def fine_tune_accuracy(model_dir: str, name: str, seed: int, work: Path, threads
         f"run.output_dir={work / 'downstream'}", f"run.name={run_name}", f"run.seed={seed}", "run.device=cpu",
         "run.resume=never", f"model.init_from={model_dir}", f"finetune.train_file={files['train']}",
         f"finetune.test_file={files['test']}", f"finetune.labels=[{','.join(supersense_labels())}]",
-        "train.best_metric=null", "log.progress=false", "log.tensorboard=false"])
+        "train.best_metric=null", "log.progress=false", "log.tensorboard=false"], base=finetune_defaults())
     shutil.rmtree(work / "downstream" / run_name, ignore_errors=True)  # a re-run of the study starts afresh
     result = Trainer(config, ClassificationTask(config)).fit()
     return json.loads((result.run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
