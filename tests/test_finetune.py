@@ -115,6 +115,16 @@ def test_early_stopping_ends_the_run_and_reloads_the_best_checkpoint(tmp_path: P
     assert all(record["loss"] >= best["loss"] for record in validation[-2:])
     final = evaluate_file(load_model(run_dir), data_dir / "supersense-validation-128.jsonl")
     assert final.metrics["loss"] == pytest.approx(best["loss"], rel=1e-5)
+    # killed while writing final/: the same command finishes the early-stopped run, it does not train on
+    import shutil
+
+    shutil.rmtree(run_dir / "final")
+    again = finetune(run_dir, *TINY_MODEL, *supersense_files(data_dir), f"model.tokenizer={minilm_dir()}",
+                     "finetune.max_length=64", "optim.lr=3.0", "schedule.warmup=0", "train.micro_batch_size=32",
+                     "train.global_batch_size=32", "train.max_steps=64", "train.eval_every=2",
+                     "train.best_metric=loss", "train.best_mode=min", "train.early_stopping_patience=2")
+    assert again.stopped_by == "early_stopping" and again.state.step == result.state.step
+    assert (run_dir / "final").is_dir() and metrics_records(run_dir, "validation") == validation
 
 
 def test_regression_on_the_glue_layout_sts_b_files_reports_correlations(tmp_path: Path, glue_dir: Path) -> None:

@@ -46,6 +46,8 @@ class TrainingState:
     best_step: int | None = None
     skipped_steps: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
+    # early stopping's count, saved so that a run killed after it stopped early does not train on
+    evaluations_without_improvement: int = 0
 
 
 def _fsync_tree(directory: Path) -> None:

@@ -219,6 +219,11 @@ class Trainer:
             _truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
         return state
 
+    def _patience_spent(self, state: TrainingState) -> bool:
+        patience = self.config.train.early_stopping_patience
+        return (patience is not None and bool(self.config.train.best_metric)
+                and state.evaluations_without_improvement >= patience)
+
     def _check_best_metric(self) -> None:
         """A misspelt train.best_metric fails now, not after the first evaluation (the same message)."""
         metric, names = self.config.train.best_metric, self.task.metric_names()
@@ -271,8 +276,7 @@ class Trainer:
         batches = self.train_loader.iterate(state.consumed_samples)
         flops_per_token = self.task.flops_per_token(self.raw_model)
         self._install_signal_handlers()
-        evaluations_without_improvement = 0
-        stopped_by = "budget"
+        stopped_by = "early_stopping" if self._patience_spent(state) else "budget"
         window = _Window()
         log.info(f"training in {self.run_dir}: {self.env.world_size} process(es) on {self.device.type}, "
                  f"{self.precision.name}, global batch {config.train.global_batch_size} = "
@@ -280,7 +284,7 @@ class Trainer:
                  f"accumulation, {total_steps if total_steps is not None else 'budgeted'} steps")
         with TrainingProgress(total_steps, enabled=self.env.is_main and config.log.progress) as progress:
             progress.update(state.step, {})
-            while not self._budget_spent(state, total_steps):
+            while stopped_by == "budget" and not self._budget_spent(state, total_steps):
                 started = time.perf_counter()
                 shape = self.train_loader.plan.step_at(state.consumed_samples)
                 loss, metrics, tokens, non_finite = self._train_step(batches, shape.micro_batches, state, total_steps)
@@ -304,11 +308,10 @@ class Trainer:
                     progress.update(state.step, {})
                 if self._should_evaluate(state, total_steps) and validation is not None:
                     improved = self._evaluate(validation, state)
-                    evaluations_without_improvement = 0 if improved else evaluations_without_improvement + 1
-                    patience = config.train.early_stopping_patience
-                    if patience is not None and config.train.best_metric and evaluations_without_improvement >= patience:
+                    state.evaluations_without_improvement = 0 if improved else state.evaluations_without_improvement + 1
+                    if self._patience_spent(state):
                         log.info(f"early stopping at step {state.step}: no improvement of "
-                                 f"{config.train.best_metric} in {patience} evaluations")
+                                 f"{config.train.best_metric} in {config.train.early_stopping_patience} evaluations")
                         stopped_by = "early_stopping"
                         break
                 if config.train.checkpoint_every and state.step % config.train.checkpoint_every == 0:
