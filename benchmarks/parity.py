@@ -50,7 +50,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 LR, WEIGHT_DECAY, WARMUP, BATCH, MAX_LENGTH = 2e-4, 0.01, 0.06, 32, 128
-SEEDS = (17, 2024, 31337, 7, 123, 99, 4242, 1, 555, 8080, 31, 64, 2718, 3141, 11, 404, 90210, 6, 1234, 77)
+SEEDS = (17, 2024, 31337, 7, 123, 99, 4242, 1, 555, 8080, 31, 64, 2718, 3141, 11, 404, 90210, 6, 1234, 77,
+         2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597, 2584, 4181, 6765, 10946, 28657)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
