@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bertforge.errors import BertforgeError, first_line
@@ -46,9 +46,10 @@ def _free_space(directory: Path) -> str:
 
 
 @contextlib.contextmanager
-def disk_write(path: Path, then: str) -> Iterator[None]:
+def disk_write(path: Path, then: str | Callable[[], str]) -> Iterator[None]:
     """Inside the block, a failed write under `path` becomes a `DiskWriteError`; `then` says what to do after
-    freeing space (e.g. "run the same command to resume from step-00000040")."""
+    freeing space (e.g. "run the same command to resume from step-00000040"), or is a function that
+    says it, called only when a write fails (what to say may cost a file read)."""
     try:
         yield
     except BertforgeError:
@@ -56,5 +57,6 @@ def disk_write(path: Path, then: str) -> Iterator[None]:
     except Exception as error:
         if not is_write_failure(error):
             raise
+        advice = then() if callable(then) else then
         raise DiskWriteError(f"could not write {path} ({first_line(error)}; {_free_space(Path(path))}); free space "
-                             f"or choose a writable location, then {then}") from None
+                             f"or choose a writable location, then {advice}") from None

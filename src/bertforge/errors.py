@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from pathlib import Path
 
 USER_ERROR_EXIT_CODE = 2
 INTERNAL_ERROR_EXIT_CODE = 1
@@ -48,6 +49,13 @@ def user_message(error: BertforgeError) -> str:
     last = [line for line in text.splitlines() if line.strip()][-1]
     prefix = f"{type(error).__module__}.{type(error).__name__}: "
     return last[len(prefix):] if last.startswith(prefix) else last
+
+
+def directory_listing(directory: Path, shown: int = 6) -> str:
+    """What a directory holds, for an error message: its first `shown` names (folders with a `/`), "and N more"."""
+    names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in directory.iterdir())
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return (", ".join(names[:shown]) + more) or "nothing"
 
 
 def location(path: object, line: int | None = None) -> str:

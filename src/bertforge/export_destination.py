@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, directory_listing
 from bertforge.models.serialization import CONFIG_NAME, TOKENIZER_FILES
 
 # what `export --format hf|onnx` writes, in transformers' layout or bertforge's own
@@ -20,7 +20,6 @@ EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safete
                           CONFIG_NAME, "model.onnx", "model.onnx.data", "onnx_inputs.json", *TOKENIZER_FILES})
 EXPORT_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")  # save_pretrained's shards of a large model
 EXPORT_ANCHORS = ("config.json", CONFIG_NAME, "model.onnx")  # at least one of them is in every export
-SHOWN_ENTRIES = 5
 
 
 def is_earlier_export(directory: Path) -> bool:
@@ -28,12 +27,6 @@ def is_earlier_export(directory: Path) -> bool:
     return (any(name in EXPORT_ANCHORS for name in names)
             and all((directory / name).is_file() and (name in EXPORT_FILES or EXPORT_SHARD.fullmatch(name))
                     for name in names))
-
-
-def _listing(directory: Path) -> str:
-    names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in directory.iterdir())
-    shown = ", ".join(names[:SHOWN_ENTRIES])
-    return shown + (f" and {len(names) - SHOWN_ENTRIES} more" if len(names) > SHOWN_ENTRIES else "")
 
 
 def check_export_destination(out: str | Path, sources: list[Path], overwrite: bool) -> Path:
@@ -58,7 +51,7 @@ def check_export_destination(out: str | Path, sources: list[Path], overwrite: bo
     if is_earlier_export(destination):
         if overwrite:
             return destination
-        raise BertforgeError(f"--out {out} holds an earlier export ({_listing(destination)}); pass --overwrite to "
+        raise BertforgeError(f"--out {out} holds an earlier export ({directory_listing(destination)}); pass --overwrite to "
                              "replace it, or choose a new directory")
-    raise BertforgeError(f"--out {out} is not empty and is not an earlier export (it holds {_listing(destination)}); "
+    raise BertforgeError(f"--out {out} is not empty and is not an earlier export (it holds {directory_listing(destination)}); "
                          "export replaces its destination, so choose a new or empty directory")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from bertforge.data.labeled import (
 )
 from bertforge.errors import BertforgeError, first_line
 from bertforge.locate import ModelLocation, load_checkpoint_model, locate_model, tokenizer_dir_for
+from bertforge.models.serialization import CORRUPT_FILE_MARKS, DAMAGED_WEIGHTS_ERRORS
 from bertforge.tasks.metrics import (
     ClassReport,
     compute_metrics,
@@ -85,22 +85,6 @@ class LoadedModel:
         return self.model
 
 
-# what a truncated or corrupt weights file raises: safetensors' SafetensorError, torch.load's RuntimeError
-# from its zip reader, EOFError/UnpicklingError from pickle
-CORRUPT_FILE_MARKS = ("deserializing header", "incomplete metadata", "PytorchStreamReader", "zip archive",
-                      "invalid load key", "file not fully covered", "MetadataIncompleteBuffer")
-
-
-def _safetensor_error() -> type[Exception]:
-    from safetensors import SafetensorError
-
-    return SafetensorError
-
-
-UNREADABLE_MODEL_FILES: tuple[type[BaseException], ...] = (
-    _safetensor_error(), EOFError, pickle.UnpicklingError, RuntimeError, ValueError)
-
-
 def load_model(reference: str | Path) -> LoadedModel:
     """Load any model `bertforge.locate` understands, on the CPU, in eval mode."""
     from bertforge.models import load_bertforge_model
@@ -114,7 +98,7 @@ def load_model(reference: str | Path) -> LoadedModel:
             model = load_hf_checkpoint(location.path)
         else:
             model = load_checkpoint_model(location.path, location.run_dir)
-    except UNREADABLE_MODEL_FILES as error:
+    except DAMAGED_WEIGHTS_ERRORS as error:
         if isinstance(error, RuntimeError | ValueError) and not any(
                 mark in str(error) for mark in CORRUPT_FILE_MARKS):
             raise  # not a damaged file: a bug to report, not the user's to fix

@@ -41,7 +41,14 @@ import torch
 from rich.progress import Progress
 
 from bertforge.console import console, progress_enabled
-from bertforge.errors import CORRUPT_GZIP_ERRORS, ConfigError, DataError, corrupt_compressed_file, first_line
+from bertforge.errors import (
+    CORRUPT_GZIP_ERRORS,
+    ConfigError,
+    DataError,
+    corrupt_compressed_file,
+    directory_listing,
+    first_line,
+)
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -266,8 +273,8 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
         # a folder of loose files is not read by guesswork: `datasets.load_dataset` would merge every
         # file with "train" in its name (train.csv and reg_train.csv alike) and exit 0
         found = sorted(entry.name for entry in path.iterdir())
-        shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "") or "nothing"
-        raise DataError(f"{text} is a directory but not a dataset saved with save_to_disk (it holds {shown}); "
+        raise DataError(f"{text} is a directory but not a dataset saved with save_to_disk (it holds "
+                        f"{directory_listing(path)}); "
                         f"give one file, e.g. {path / (found[0] if found else 'train.csv')}, or "
                         f"{HUB_PREFIX}{text} for a local copy of a Hugging Face hub dataset repository")
     if not path.exists():

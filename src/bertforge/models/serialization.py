@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertforge import __version__
@@ -31,6 +33,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spec
                    "added_tokens.json")
 
 ModelT = TypeVar("ModelT", bound=torch.nn.Module)
+
+# What a truncated or corrupt weights file raises: safetensors' SafetensorError, torch.load's
+# RuntimeError from its zip reader, EOFError/UnpicklingError from pickle. RuntimeError and ValueError
+# are also what a bug raises, so a caller that must tell the two apart checks the message for one of
+# CORRUPT_FILE_MARKS (a model handed to inference); a checkpoint's loader treats any of them as unreadable.
+DAMAGED_WEIGHTS_ERRORS: tuple[type[BaseException], ...] = (
+    SafetensorError, EOFError, pickle.UnpicklingError, RuntimeError, ValueError)
+CORRUPT_FILE_MARKS = ("deserializing header", "incomplete metadata", "PytorchStreamReader", "zip archive",
+                      "invalid load key", "file not fully covered", "MetadataIncompleteBuffer")
 
 
 def model_classes() -> dict[str, type[torch.nn.Module]]:

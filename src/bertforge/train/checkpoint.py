@@ -126,11 +126,8 @@ class CheckpointManager:
             shutil.rmtree(temporary, ignore_errors=True)
             temporary.mkdir(parents=True)
         barrier(self.env)
-        previous = self.latest()
-        then = (f"run the same command to resume from {previous.name}" if previous is not None
-                else "run the same command again")
         try:
-            with disk_write(temporary, then):
+            with disk_write(temporary, self._how_to_resume):
                 self._write(model, optimizer, scaler, state, temporary)
         except BaseException:
             if self.env.is_main:  # a full disk leaves no half checkpoint, only the complete older ones
@@ -146,6 +143,13 @@ class CheckpointManager:
             self._prune()
         barrier(self.env)
         return final
+
+    def _how_to_resume(self) -> str:
+        """What a failed save's message tells the user (read only then: `latest()` reads the marker file)."""
+        previous = self.latest()
+        if previous is None:
+            return "run the same command again"
+        return f"run the same command to resume from {previous.name}"
 
     def _write(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, state: TrainingState,
                temporary: Path) -> None:

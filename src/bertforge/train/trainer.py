@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
 import signal
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from bertforge.console import log
 from bertforge.data.sampler import BatchGeometry
 from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
+from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
 from bertforge.train import distributed as D
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
 from bertforge.train.loading import MapStyleLoader, iterate_once
@@ -58,8 +58,9 @@ class FitResult:
         return 128 + self.stop_signal if self.stopped_by == "signal" and self.stop_signal else 0
 
 
-# what a truncated, corrupt or mismatched checkpoint file raises from json, torch.load or load_state_dict
-UNREADABLE_CHECKPOINT = (OSError, EOFError, ValueError, RuntimeError, KeyError, TypeError, pickle.UnpicklingError)
+# what a truncated, corrupt or mismatched checkpoint raises: damaged weights, and from json, torch.load
+# or load_state_dict a missing file, key or a wrong type
+UNREADABLE_CHECKPOINT = (*DAMAGED_WEIGHTS_ERRORS, OSError, KeyError, TypeError)
 
 
 class RunInterrupted(BertforgeError):
@@ -199,16 +200,13 @@ class Trainer:
         if request in ("auto", "force"):
             if not self.checkpoints.resume_candidates():
                 return self._fresh_start()
-            check_resumed_config(self.run_dir, self.config, write=self.env.is_main)
+            self._record_config()
             state, path = self._load_newest_readable_checkpoint()
             if path is None:
                 return state
         else:
-            path = Path(request)  # possibly another run's checkpoint: then this run's config is its first
-            if (self.run_dir / "config.yaml").is_file():
-                check_resumed_config(self.run_dir, self.config, write=self.env.is_main)
-            elif self.env.is_main:
-                save_config(self.config, self.run_dir / "config.yaml")
+            path = Path(request)
+            self._record_config()
             try:
                 state = self.checkpoints.load(path, self.model, self.optimizer, self.scaler)
             except UNREADABLE_CHECKPOINT as error:
@@ -218,6 +216,14 @@ class Trainer:
         if self.env.is_main:
             _truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
         return state
+
+    def _record_config(self) -> None:
+        """A resumed run's config against the one it started with (`check_resumed_config`); a run that
+        resumes another run's checkpoint has none yet, and this config becomes its first."""
+        if (self.run_dir / "config.yaml").is_file():
+            check_resumed_config(self.run_dir, self.config, write=self.env.is_main)
+        elif self.env.is_main:
+            save_config(self.config, self.run_dir / "config.yaml")
 
     def _patience_spent(self, state: TrainingState) -> bool:
         patience = self.config.train.early_stopping_patience
