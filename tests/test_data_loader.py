@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bertforge.data.bundled import corpus_path
-from bertforge.data.loader import PretrainingLoader, TrainSampler, best_fit_rows, build_eval_loader
+from bertforge.data.loader import PretrainingLoader, TrainSampler, build_eval_loader
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
 from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
@@ -83,7 +83,7 @@ def test_on_the_bundled_corpus_nsp_labels_are_balanced_and_masks_spare_special_t
 
 
 def test_the_padded_batch_holds_the_same_samples_and_hf_style_labels(dataset: PretokenizedDataset) -> None:
-    flat = batches(dataset, 1, packing=False)[0]
+    flat = batches(dataset, 1)[0]
     padded = batches(dataset, 1, layout="padded")[0]
     mask = padded["attention_mask"].bool()
     assert padded["input_ids"].shape[1] % 8 == 0
@@ -158,25 +158,6 @@ def test_resuming_on_a_different_world_size_gives_the_same_masked_samples(datase
     one = sorted(tuple(t.tolist()) for t in samples_of_step(1, 2 * GLOBAL))
     two = sorted(tuple(t.tolist()) for t in samples_of_step(2, 2 * GLOBAL))
     assert one == two
-
-
-def test_packing_only_reorders_sequences_and_keeps_each_ones_masks(dataset: PretokenizedDataset) -> None:
-    def sequences(batch: dict[str, Any]) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
-        bounds = batch["cu_seqlens"].tolist()
-        masked = set(batch["masked_positions"].tolist())
-        return sorted((tuple(batch["input_ids"][a:b].tolist()), tuple(p - a for p in range(a, b) if p in masked),
-                       int(batch["next_sentence_label"][i])) for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)))
-
-    for packed, plain in zip(batches(dataset, 4, packing=True), batches(dataset, 4, packing=False), strict=True):
-        assert sequences(packed) == sequences(plain)
-
-
-def test_best_fit_rows_fill_rows_without_overflow() -> None:
-    lengths = np.array([120, 10, 64, 64, 100, 28, 8, 128, 30, 30])
-    rows = best_fit_rows(lengths, 128)
-    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
-    assert all(lengths[row].sum() <= 128 for row in rows)
-    assert len(rows) == int(np.ceil(lengths.sum() / 128))  # optimal here
 
 
 def test_eval_loader_covers_every_sample_once_across_ranks(dataset: PretokenizedDataset, tmp_path: Path) -> None:

@@ -126,7 +126,6 @@ class DataSection:
     mask_replace_prob: float = 0.8  # of the chosen tokens, the fraction replaced by [MASK]
     random_replace_prob: float = 0.1  # of the chosen tokens, the fraction replaced by a random token
     whole_word_masking: bool = False  # mask all WordPiece pieces of a word together
-    packing: bool = True  # pack short samples into full rows (best-fit), attention stays within each sample
     num_workers: int = 1  # data-loader worker processes per rank
     validation_samples: int | None = None  # cap on validation samples per evaluation; None = the whole split
     verify_checksums: bool = True  # sha256-check every shard when a prepared dataset is opened

@@ -14,16 +14,17 @@ Workers return numpy arrays, turned into tensors (zero-copy) in the main process
 through the worker pipe is about twice as fast here as a tensor in shared memory (one shm segment
 per tensor per batch).
 
-Packing: samples are already packed from consecutive sentences up to `seq_len` at prepare time,
-so most are full. The unpadded layout carries no padding at all; with `packing=True` its
-sequences are laid out in greedy best-fit rows (ModernBERT's packer: longest first, each into the
-row with the least room that still fits), so consecutive sequences fill rows of `seq_len` tokens
-with few rows. The padded layout never packs: the HF model would attend across samples.
+Order, not packing: the loader decides only which samples a micro-batch holds and in what order
+(the sampler's deterministic order above). Samples were already filled with consecutive sentences
+up to `seq_len` at prepare time, so most are full, and the unpadded layout carries no padding at
+all. Laying the sequences out in rows is the model's job, the one packer whose layout matters:
+`models.attention.place_in_rows` puts them into as few rows as fit for SDPA (whatever order they
+come in), and flash-attn's varlen kernel needs no rows. The padded layout, for the HF model, holds
+one sample per row: that model would attend across samples sharing a row.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import os
@@ -87,34 +88,16 @@ class EvalSampler:
         return math.ceil(len(self.indices) / self.micro_batch_size)
 
 
-def best_fit_rows(lengths: np.ndarray, capacity: int) -> list[list[int]]:
-    """Greedy best-fit decreasing: each sequence, longest first, goes to the fullest row it fits in."""
-    rows: list[list[int]] = []
-    room: list[tuple[int, int]] = []  # (free tokens, row number), sorted
-    for index in np.argsort(-lengths, kind="stable").tolist():
-        length = int(lengths[index])
-        slot = bisect.bisect_left(room, (length, -1))
-        if slot < len(room):
-            free, row = room.pop(slot)
-            rows[row].append(index)
-            bisect.insort(room, (free - length, row))
-        else:
-            rows.append([index])
-            bisect.insort(room, (capacity - length, len(rows) - 1))
-    return rows
-
-
 class PretrainingBatches(Dataset):
     """Turns a `MicroBatch` into a batch dict; runs inside loader workers."""
 
     def __init__(self, dataset: PretokenizedDataset, masker: Masker, *, layout: str = "unpadded",
-                 packing: bool = True, pad_id: int = 0) -> None:
+                 pad_id: int = 0) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(f"batch layout {layout!r} is not one of {', '.join(LAYOUTS)}")
         self.dataset = dataset
         self.masker = masker
         self.layout = layout
-        self.packing = packing
         self.pad_id = pad_id
 
     def __len__(self) -> int:
@@ -123,14 +106,6 @@ class PretrainingBatches(Dataset):
     def __getitem__(self, micro: MicroBatch) -> dict[str, Any]:  # type: ignore[override]
         indices = np.asarray(micro.indices, dtype=np.int64)
         flat, lengths, pairs = self.dataset.gather(indices)
-        if self.packing and self.layout == "unpadded":
-            order = np.array([i for row in best_fit_rows(lengths, self.dataset.seq_len) for i in row], dtype=np.int64)
-            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            new_lengths = lengths[order]
-            new_starts = np.concatenate([[0], np.cumsum(new_lengths)[:-1]])
-            flat = flat[np.repeat(starts[order] - new_starts, new_lengths) + np.arange(len(flat))]
-            indices, lengths = indices[order], new_lengths
-            pairs = pairs[order] if pairs is not None else None
         masked = self.masker(flat, lengths, indices, micro.epoch)
         if self.layout == "unpadded":
             return _unpadded(masked.input_ids, lengths, pairs, masked.masked_positions, masked.masked_labels)
@@ -221,13 +196,11 @@ class PretrainingLoader:
     """
 
     def __init__(self, dataset: PretokenizedDataset, geometry: BatchGeometry, *, seed: int = 42,
-                 num_workers: int = 0, layout: str = "unpadded", packing: bool = True,
-                 masking: MaskingSettings | None = None) -> None:
+                 num_workers: int = 0, layout: str = "unpadded", masking: MaskingSettings | None = None) -> None:
         self.dataset, self.geometry, self.seed, self.num_workers = dataset, geometry, seed, num_workers
         self.plan = EpochPlan(len(dataset), geometry)
         self.batches = PretrainingBatches(dataset, build_masker(dataset, masking or MaskingSettings(seed=seed)),
-                                          layout=layout, packing=packing,
-                                          pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
+                                          layout=layout, pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
 
     def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
         sampler = TrainSampler(len(self.dataset), self.geometry, seed=self.seed, consumed_samples=consumed_samples)
@@ -235,10 +208,10 @@ class PretrainingLoader:
 
 
 def build_eval_loader(dataset: PretokenizedDataset, *, micro_batch_size: int, world_size: int = 1, rank: int = 0,
-                      num_workers: int = 0, layout: str = "unpadded", packing: bool = True,
+                      num_workers: int = 0, layout: str = "unpadded",
                       masking: MaskingSettings | None = None) -> TensorBatches:
     """One ordered pass over a split (this rank's share) with fixed masks (epoch 0): comparable evaluations."""
     sampler = EvalSampler(len(dataset), micro_batch_size=micro_batch_size, world_size=world_size, rank=rank)
     batches = PretrainingBatches(dataset, build_masker(dataset, masking or MaskingSettings()), layout=layout,
-                                 packing=packing, pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
+                                 pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
     return TensorBatches(batches, sampler, num_workers)

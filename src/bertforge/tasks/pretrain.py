@@ -46,18 +46,17 @@ class PretrainTask(Task):
         masking = MaskingSettings(mask_prob=data.mask_prob, mask_replace_prob=data.mask_replace_prob,
                                   random_replace_prob=data.random_replace_prob,
                                   whole_word=data.whole_word_masking, seed=self.config.run.seed)
-        seed, workers, packing = self.config.run.seed, data.num_workers, data.packing
+        seed, workers = self.config.run.seed, data.num_workers
 
         def train_loader(geometry: BatchGeometry) -> PretrainingLoader:
-            return PretrainingLoader(train, geometry, seed=seed, num_workers=workers, packing=packing,
-                                     masking=masking)
+            return PretrainingLoader(train, geometry, seed=seed, num_workers=workers, masking=masking)
 
         validation_batches = None
         if "validation" in train.manifest["splits"] and train.manifest["splits"]["validation"]["samples"] > 0:
             validation = PretokenizedDataset(data.path, "validation", verify_checksums=data.verify_checksums,
                                              cache_dir=data.cache_dir)
             loader = build_eval_loader(validation, micro_batch_size=self.config.train.micro_batch_size,
-                                       packing=packing, masking=masking)
+                                       masking=masking)
             validation_batches = _first_samples(loader, data.validation_samples)
         else:
             log.warning(f"{data.path} has no validation split: no MLM accuracy will be reported "
