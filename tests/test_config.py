@@ -39,6 +39,21 @@ def test_misspelled_section_suggests_the_full_key() -> None:
         load_config(None, ["optimm.lr=1e-4"])
 
 
+def test_a_glue_key_of_the_old_finetune_section_fails_naming_where_it_moved(tmp_path: Path) -> None:
+    old = write(tmp_path / "old.yaml", "finetune:\n  max_length: 64\n  glue_seeds: 1\n")
+    with pytest.raises(ConfigError, match=r"`finetune.glue_seeds` in .*old.yaml has moved to `glue.seeds`") as error:
+        load_config(old)
+    assert "\n" not in str(error.value)
+    for override, new_key in [("finetune.glue_tasks=[rte]", "glue.tasks"),
+                              ("finetune.glue_from_mnli=true", "glue.from_mnli"),
+                              ("finetune.glue_overrides={rte: [optim.lr=2e-5]}", "glue.overrides.rte")]:
+        with pytest.raises(ConfigError, match=rf"has moved to `{new_key}`"):
+            load_config(None, [override])
+    moved = load_config(None, ["glue.tasks=[rte]", "glue.seeds=1", "glue.from_mnli=true",
+                               "glue.overrides={rte: [optim.lr=2e-5]}"]).glue
+    assert (moved.tasks, moved.seeds, moved.from_mnli, moved.overrides) == (["rte"], 1, True, {"rte": ["optim.lr=2e-5"]})
+
+
 def test_wrong_type_names_the_key_and_expected_type() -> None:
     with pytest.raises(ConfigError, match=r"`optim.lr`.*Float"):
         load_config(None, ["optim.lr=fast"])

@@ -26,7 +26,7 @@ def glue_config(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def
         f"run.output_dir={tmp_path}", "run.name=glue", "model.preset=bert-tiny", f"model.tokenizer={minilm_dir()}",
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "data.num_workers=0", "log.tensorboard=false", "log.progress=false",
-        "finetune.glue_overrides={all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, "
+        "glue.overrides={all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, "
         "train.global_batch_size=16]}", *overrides])
 
 
@@ -42,7 +42,7 @@ def glue_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_task_gets_the_table_hyperparameters_then_the_all_and_per_task_overrides(tmp_path: Path) -> None:
-    config = load_config(None, ["finetune.glue_overrides={all: [finetune.max_length=128], rte: [optim.lr=2e-5]}"])
+    config = load_config(None, ["glue.overrides={all: [finetune.max_length=128], rte: [optim.lr=2e-5]}"])
     jobs = {job.task.name: job for job in reversed(plan_jobs(config, tmp_path))}  # each task's first seed
     rte = job_config(config, jobs["rte"], tmp_path)
     assert rte.optim.lr == 2e-5 and rte.finetune.max_length == 128
@@ -57,7 +57,7 @@ def test_every_task_gets_the_table_hyperparameters_then_the_all_and_per_task_ove
 
 
 def test_small_tasks_run_several_seeds_and_may_start_from_the_mnli_model(tmp_path: Path) -> None:
-    config = load_config(None, ["finetune.glue_seeds=2", "finetune.glue_from_mnli=true"])
+    config = load_config(None, ["glue.seeds=2", "glue.from_mnli=true"])
     jobs = plan_jobs(config, tmp_path)
     seeds = {name: [job.seed for job in jobs if job.task.name == name] for name in GLUE_TASKS}
     assert seeds["rte"] == [19, 8364] and seeds["cola"] == [19, 8364] and seeds["mnli"] == [19]
@@ -70,22 +70,21 @@ def test_small_tasks_run_several_seeds_and_may_start_from_the_mnli_model(tmp_pat
 
 
 def test_config_mistakes_are_caught_before_any_job_starts(tmp_path: Path, glue_dir: Path) -> None:
-    with pytest.raises(ConfigError, match="finetune.glue_tasks: WNLI is left out"):
-        plan_jobs(load_config(None, ["finetune.glue_tasks=[rte,wnli]"]), tmp_path)
-    with pytest.raises(ConfigError, match="glue_overrides names rtee"):
-        plan_jobs(load_config(None, ["finetune.glue_overrides={rtee: [optim.lr=1e-5]}"]), tmp_path)
-    with pytest.raises(ConfigError, match="glue_from_mnli needs the MNLI model"):
-        plan_jobs(load_config(None, ["finetune.glue_tasks=[rte]", "finetune.glue_from_mnli=true"]), tmp_path)
+    with pytest.raises(ConfigError, match="glue.tasks: WNLI is left out"):
+        plan_jobs(load_config(None, ["glue.tasks=[rte,wnli]"]), tmp_path)
+    with pytest.raises(ConfigError, match="glue.overrides names rtee"):
+        plan_jobs(load_config(None, ["glue.overrides={rtee: [optim.lr=1e-5]}"]), tmp_path)
+    with pytest.raises(ConfigError, match="glue.from_mnli needs the MNLI model"):
+        plan_jobs(load_config(None, ["glue.tasks=[rte]", "glue.from_mnli=true"]), tmp_path)
     with pytest.raises(ConfigError, match="holds 'optim.lr'"):
-        load_config(None, ["finetune.glue_overrides={rte: [optim.lr]}"])
+        load_config(None, ["glue.overrides={rte: [optim.lr]}"])
     with pytest.raises(ConfigError, match="did you mean `optim.lr`"):
-        run_glue(glue_config(tmp_path, "finetune.glue_tasks=[rte]",
-                             "finetune.glue_overrides={rte: [optim.lrr=1e-5]}"), glue_dir)
+        run_glue(glue_config(tmp_path, "glue.tasks=[rte]", "glue.overrides={rte: [optim.lrr=1e-5]}"), glue_dir)
     partial = tmp_path / "partial"
     (partial / "RTE").mkdir(parents=True)
     shutil.copy(glue_dir / "RTE" / "train.tsv", partial / "RTE" / "train.tsv")
     with pytest.raises(DataError, match="RTE/dev.tsv: GLUE file not found"):
-        run_glue(glue_config(tmp_path, "finetune.glue_tasks=[rte]"), partial)
+        run_glue(glue_config(tmp_path, "glue.tasks=[rte]"), partial)
     assert not (tmp_path / "glue").exists()
 
 
@@ -110,10 +109,10 @@ def glue_run(tmp_path_factory: pytest.TempPathFactory, glue_dir: Path) -> tuple[
 run: {{name: glue, output_dir: {root}}}
 model: {{preset: bert-tiny, tokenizer: {minilm_dir()}, hidden_size: 32, num_layers: 1, num_heads: 2,
         intermediate_size: 64}}
-finetune:
-  glue_from_mnli: true
-  glue_seeds: 1
-  glue_overrides:
+glue:
+  from_mnli: true
+  seeds: 1
+  overrides:
     all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, train.global_batch_size=16]
 data: {{num_workers: 0}}
 log: {{tensorboard: false, progress: false}}
@@ -154,8 +153,7 @@ def test_rte_mrpc_and_sts_b_started_from_the_fine_tuned_mnli_model(glue_run: tup
 def test_running_again_skips_finished_jobs_and_more_seeds_report_the_median(glue_run: tuple[Path, str],
                                                                            glue_dir: Path) -> None:
     out, _ = glue_run
-    config = glue_config(out.parent, "finetune.glue_tasks=[rte]", "finetune.glue_seeds=2",
-                         "finetune.glue_from_mnli=true")
+    config = glue_config(out.parent, "glue.tasks=[rte]", "glue.seeds=2", "glue.from_mnli=true")
     before = (out / "rte" / "seed-19" / "dev_results.json").stat().st_mtime_ns
     summary = run_glue(config, glue_dir, jobs=1)
     assert (out / "rte" / "seed-19" / "dev_results.json").stat().st_mtime_ns == before
@@ -166,8 +164,7 @@ def test_running_again_skips_finished_jobs_and_more_seeds_report_the_median(glue
 
 
 def test_a_failing_job_stops_the_run_with_its_error_and_log(tmp_path: Path, glue_dir: Path) -> None:
-    config = glue_config(tmp_path, "finetune.glue_tasks=[rte]",
-                         "finetune.glue_overrides={rte: [finetune.max_length=600]}")
+    config = glue_config(tmp_path, "glue.tasks=[rte]", "glue.overrides={rte: [finetune.max_length=600]}")
     with pytest.raises(BertforgeError, match=r"GLUE job RTE seed 19 failed \(exit code 2\): .*max_length is 600"
                                              r".*job\.log"):
         run_glue(config, glue_dir, jobs=1)
@@ -184,8 +181,8 @@ def test_killing_the_runner_kills_its_job_so_a_rerun_never_meets_an_orphan(glue_
 
     config = tmp_path / "glue.yaml"
     config.write_text(config_to_yaml(glue_config(
-        tmp_path, "finetune.glue_tasks=[rte]", "finetune.glue_seeds=1",
-        "finetune.glue_overrides={all: [train.max_steps=1000000, finetune.max_length=64, "
+        tmp_path, "glue.tasks=[rte]", "glue.seeds=1",
+        "glue.overrides={all: [train.max_steps=1000000, finetune.max_length=64, "
         "train.micro_batch_size=16, train.global_batch_size=16]}")), encoding="utf-8")
     runner = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "glue", str(config), "--data-dir",
                                str(glue_dir), "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

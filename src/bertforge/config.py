@@ -157,19 +157,25 @@ class FinetuneSection:
     class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
     max_length: int = 128  # tokens per example after truncation ([CLS]/[SEP] included)
     delimiter: str | None = None  # csv/tsv delimiter; None = from the file extension
-    glue_tasks: list[str] = field(default_factory=list)  # `bertforge glue`: tasks to run (cola, sst2, ...); empty = all 8
-    glue_overrides: dict[str, list[str]] = field(default_factory=dict)  # per-task overrides of the GLUE table, e.g. {rte: [optim.lr=2e-5]}; `all` = every task
-    glue_seeds: int | None = None  # seeds per small GLUE task (CoLA, MRPC, STS-B, RTE; median reported); None = the table's 4-5
-    glue_from_mnli: bool = False  # start RTE, MRPC and STS-B from the fine-tuned MNLI model (Mosaic's recipe)
 
     def __post_init__(self) -> None:
         check_choice("finetune.task_type", self.task_type, TASK_TYPES)
         check_range("finetune.max_length", self.max_length, low=8)
-        check_range("finetune.glue_seeds", self.glue_seeds, low=1)
-        for task, overrides in self.glue_overrides.items():
+
+
+@dataclass
+class GlueSection:
+    tasks: list[str] = field(default_factory=list)  # `bertforge glue`: tasks to run (cola, sst2, ...); empty = all 8
+    overrides: dict[str, list[str]] = field(default_factory=dict)  # per-task overrides of the GLUE table, e.g. {rte: [optim.lr=2e-5]}; `all` = every task
+    seeds: int | None = None  # seeds per small task (CoLA, MRPC, STS-B, RTE; median reported); None = the table's 4-5
+    from_mnli: bool = False  # start RTE, MRPC and STS-B from the fine-tuned MNLI model (Mosaic's recipe)
+
+    def __post_init__(self) -> None:
+        check_range("glue.seeds", self.seeds, low=1)
+        for task, overrides in self.overrides.items():
             for override in overrides:
                 if "=" not in override:
-                    raise ConfigError(f"config key `finetune.glue_overrides.{task}` holds {override!r}; each entry "
+                    raise ConfigError(f"config key `glue.overrides.{task}` holds {override!r}; each entry "
                                       "is a dotted key=value override, e.g. optim.lr=2e-5")
 
 
@@ -275,6 +281,7 @@ class Config:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    glue: GlueSection = field(default_factory=GlueSection)
     optim: OptimSection = field(default_factory=OptimSection)
     schedule: ScheduleSection = field(default_factory=ScheduleSection)
     train: TrainSection = field(default_factory=TrainSection)
@@ -300,6 +307,13 @@ def finetune_defaults() -> Config:
 # loading
 
 EXTENDS_KEY = "extends"
+# keys that moved to another section: an old config is told the new name, not a near-miss guess
+MOVED_KEYS = {
+    "finetune.glue_tasks": "glue.tasks",
+    "finetune.glue_overrides": "glue.overrides",
+    "finetune.glue_seeds": "glue.seeds",
+    "finetune.glue_from_mnli": "glue.from_mnli",
+}
 
 
 def all_keys(cls: type = Config, prefix: str = "") -> list[str]:
@@ -326,6 +340,14 @@ def _closest_key(key: str) -> str | None:
     return by_leaf[match[0]] if match else None
 
 
+def _moved_to(key: str) -> str | None:
+    """The new name of a moved key, or of an entry under one (`finetune.glue_overrides.rte`)."""
+    for old, new in MOVED_KEYS.items():
+        if key == old or key.startswith(f"{old}."):
+            return new + key[len(old):]
+    return None
+
+
 def _flat_keys(layer: Any, prefix: str = "") -> list[str]:
     if isinstance(layer, DictConfig):
         layer = OmegaConf.to_container(layer)
@@ -343,6 +365,9 @@ def _friendly(error: OmegaConfBaseException, source: str, layer: Any = None) -> 
         # report the full dotted key the user wrote (`optimm.lr`, not just `optimm`)
         written = [k for k in _flat_keys(layer) if k == key or k.startswith(f"{key}.")] if layer is not None else []
         key = written[0] if written else key
+        moved = _moved_to(key)
+        if moved:
+            return ConfigError(f"config key `{key}` in {source} has moved to `{moved}`; use that key instead")
         suggestion = _closest_key(key)
         hint = f" — did you mean `{suggestion}`?" if suggestion else " — run with --print-config to see all keys"
         return ConfigError(f"unknown key `{key}` in {source}{hint}")

@@ -12,14 +12,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "glue", help="fine-tune and score the GLUE benchmark (8 tasks, WNLI left out)",
         description="Fine-tune model.init_from on CoLA, SST-2, MRPC, STS-B, QQP, MNLI (matched/mismatched), QNLI and "
                     "RTE read from the standard GLUE directory layout, with each task's hyperparameters from the "
-                    "literature (override them with finetune.glue_overrides), several seeds for the small tasks "
-                    "(median reported), optionally RTE/MRPC/STS-B from the MNLI model (finetune.glue_from_mnli). "
+                    "literature (override them with glue.overrides), several seeds for the small tasks "
+                    "(median reported), optionally RTE/MRPC/STS-B from the MNLI model (glue.from_mnli). "
                     "Jobs run in parallel processes: one per GPU, or sharing the CPU cores. Finished jobs are "
                     "skipped when run again. Writes OUT/glue_results.md and .json beside the published BERT-base "
                     "dev numbers and prints the table.",
         example="""
         bertforge glue configs/glue/bert-base.yaml --data-dir ~/data/glue
-        bertforge glue configs/glue/minilm-cpu.yaml --data-dir glue_data --jobs 2 finetune.glue_tasks=[rte,mrpc]
+        bertforge glue configs/glue/minilm-cpu.yaml --data-dir glue_data --jobs 2 glue.tasks=[rte,mrpc]
         """)
     parser.add_argument("--data-dir", required=True, help="the GLUE root: the folder holding CoLA/, SST-2/, ...")
     parser.add_argument("--out", default=None, help="output directory (default: run.output_dir/run.name)")

@@ -10,11 +10,11 @@ several single-task processes finish a benchmark sooner than one process using e
 
 Hyperparameters, in increasing precedence: the config file (model, schedule, betas, ...), the
 task's row of the GLUE table (lr, epochs, batch size, weight decay, max length — Mosaic's values),
-`finetune.glue_overrides.all`, then `finetune.glue_overrides.<task>`. Mosaic's weight decay is
+`glue.overrides.all`, then `glue.overrides.<task>`. Mosaic's weight decay is
 Composer's decoupled one, which is not multiplied by the learning rate; torch's AdamW multiplies
 it, so the table's value is divided by the task's learning rate to apply the same decay.
 
-With `finetune.glue_from_mnli`, RTE, MRPC and STS-B start from the fine-tuned MNLI model (its
+With `glue.from_mnli`, RTE, MRPC and STS-B start from the fine-tuned MNLI model (its
 encoder and pooler; a fresh classifier), Mosaic's recipe for the small inference-like tasks, so
 they wait for the MNLI job. Small tasks run several seeds; the table reports the median.
 """
@@ -77,20 +77,20 @@ class GlueJob:
 
 
 def selected_tasks(config: Config) -> list[GlueTask]:
-    names = config.finetune.glue_tasks or list(GLUE_TASKS)
+    names = config.glue.tasks or list(GLUE_TASKS)
     try:
         tasks = [get_glue_task(name) for name in names]
     except ConfigError as error:
-        raise ConfigError(f"finetune.glue_tasks: {error}") from None
-    unknown = sorted(set(config.finetune.glue_overrides) - set(GLUE_TASKS) - {"all"})
+        raise ConfigError(f"glue.tasks: {error}") from None
+    unknown = sorted(set(config.glue.overrides) - set(GLUE_TASKS) - {"all"})
     if unknown:
-        raise ConfigError(f"finetune.glue_overrides names {', '.join(unknown)}; use the task names "
+        raise ConfigError(f"glue.overrides names {', '.join(unknown)}; use the task names "
                           f"{', '.join(GLUE_TASKS)} or `all`")
     return sorted({task.name: task for task in tasks}.values(), key=lambda t: LAUNCH_ORDER.index(t.name))
 
 
 def seeds_of(task: GlueTask, config: Config) -> tuple[int, ...]:
-    cap = config.finetune.glue_seeds
+    cap = config.glue.seeds
     return task.seeds if cap is None or not task.small else task.seeds[:cap]
 
 
@@ -105,7 +105,7 @@ def task_overrides(base: Config, task: GlueTask) -> list[str]:
     table = [f"optim.lr={hp.lr}", f"optim.weight_decay={hp.weight_decay / hp.lr}", f"train.max_epochs={hp.epochs}",
              f"train.global_batch_size={hp.batch_size}", f"train.micro_batch_size={micro}",
              f"finetune.max_length={hp.max_length}", f"finetune.task_type={task.task_type}"]
-    overrides = base.finetune.glue_overrides
+    overrides = base.glue.overrides
     return [*table, *overrides.get("all", []), *overrides.get(task.name, [])]
 
 
@@ -119,10 +119,10 @@ def job_config(base: Config, job: GlueJob, out_dir: Path) -> Config:
 def plan_jobs(config: Config, out_dir: Path) -> list[GlueJob]:
     tasks = selected_tasks(config)
     names = {task.name for task in tasks}
-    from_mnli = config.finetune.glue_from_mnli
+    from_mnli = config.glue.from_mnli
     if from_mnli and "mnli" not in names and not mnli_model(out_dir).is_dir() and names & set(MNLI_STARTED):
-        raise ConfigError("finetune.glue_from_mnli needs the MNLI model: add mnli to finetune.glue_tasks (or run it "
-                          f"first into {out_dir})")
+        raise ConfigError(f"glue.from_mnli needs the MNLI model: add mnli to glue.tasks (or run it first into "
+                          f"{out_dir})")
     return [GlueJob(task, seed, out_dir / task.name / f"seed-{seed}", from_mnli and task.name in MNLI_STARTED)
             for task in tasks for seed in seeds_of(task, config)]
 
