@@ -16,7 +16,7 @@ from helpers.finetuning import minilm_dir, run_cli  # noqa: E402
 
 from bertforge.config import load_config  # noqa: E402
 from bertforge.errors import BertforgeError, ConfigError, DataError  # noqa: E402
-from bertforge.tasks.glue import job_config, mnli_model, plan_jobs, run_glue  # noqa: E402
+from bertforge.tasks.glue_runner import job_config, mnli_model, plan_jobs, run_glue  # noqa: E402
 from bertforge.tasks.glue_tasks import GLUE_TASKS  # noqa: E402
 
 

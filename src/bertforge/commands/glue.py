@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.console import stdout_console
     from bertforge.errors import BertforgeError
     from bertforge.output_paths import output_directory
-    from bertforge.tasks.glue import run_glue
+    from bertforge.tasks.glue_runner import run_glue
     from bertforge.tasks.glue_tasks import glue_results_markdown
 
     if args.jobs is not None and args.jobs < 1:

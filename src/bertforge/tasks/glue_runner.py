@@ -206,7 +206,7 @@ def _launch(job: GlueJob, config: Config, out_dir: Path, data_dir: Path, environ
     env = os.environ | environment | {"PYTHONUNBUFFERED": "1"}
     with open(job.run_dir / JOB_LOG, "ab") as log_file:
         # the job dies with this runner (kill -9 included): a re-run never finds an orphan still training
-        process = subprocess.Popen([sys.executable, "-m", "bertforge.tasks.glue", str(job.run_dir / JOB_SPEC)],
+        process = subprocess.Popen([sys.executable, "-m", "bertforge.tasks.glue_runner", str(job.run_dir / JOB_SPEC)],
                                    stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                    preexec_fn=kill_with_parent_preexec())
     log.info(f"started {job.name} (log: {job.run_dir / JOB_LOG})")
