@@ -471,7 +471,7 @@ def test_a_truncated_model_file_is_a_one_line_error_for_every_command_that_loads
     shutil.copytree(classifier / "final", model)
     shutil.copytree(classifier, tmp_path / "run")  # a checkpoint is read with its run's config
     checkpoint = tmp_path / "run" / "checkpoints" / "step-00000002"
-    for directory, weights in ((model, "model.safetensors"), (checkpoint, "model.pt")):
+    for directory, weights in ((model, "model.safetensors"), (checkpoint / "model", "model.safetensors")):
         data = (directory / weights).read_bytes()
         (directory / weights).write_bytes(data[: len(data) // 2])
     data = str(classifier.parent / "data" / "supersense-test-16.jsonl")

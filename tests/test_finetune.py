@@ -24,7 +24,6 @@ from helpers.finetuning import (  # noqa: E402
 
 from bertforge.data.bundled import supersense_labels  # noqa: E402
 from bertforge.inference import evaluate_file, load_model, prediction_rows, read_inputs  # noqa: E402
-from bertforge.locate import MODEL_DESCRIPTION  # noqa: E402
 from bertforge.tasks.classify import ClassificationTask  # noqa: E402
 
 
@@ -65,7 +64,10 @@ def test_tiny_model_run_directory_holds_metrics_test_report_and_a_labeled_hf_mod
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert config["id2label"]["0"] == "adj.all" and len(config["label2id"]) == 45
     assert (tiny_run / "final" / "tokenizer.json").is_file()
-    assert json.loads((tiny_run / MODEL_DESCRIPTION).read_text())["head_arguments"]["num_labels"] == 45
+    # every checkpoint holds a complete model directory: the description, the weights, the tokenizer
+    checkpoint_model = tiny_run / "checkpoints" / (tiny_run / "checkpoints" / "latest").read_text() / "model"
+    assert json.loads((checkpoint_model / "bertforge_model.json").read_text())["head_arguments"]["num_labels"] == 45
+    assert (checkpoint_model / "model.safetensors").is_file() and (checkpoint_model / "tokenizer.json").is_file()
 
 
 def test_final_model_is_the_best_checkpoint_and_its_test_metrics_are_reproducible(tiny_run: Path,
@@ -89,9 +91,11 @@ def test_minilm_fine_tuned_for_a_few_steps_with_a_label_map_beats_the_majority_c
     label_map = "{" + ", ".join(f'"{name}": {name.split(".")[0]}' for name in supersense_labels()) + "}"
     files = [f for f in supersense_files(data_dir, train=256, validation=64, test=128) if "labels=" not in f]
     run_dir = tmp_path / "minilm"
+    # 32 steps: at 16 the margin hung on the classifier's initial draw (seeds 1, 2, 3: accuracy 0.641, 0.727,
+    # 0.766 against a majority class of 0.695); at 32 they reach 0.805, 0.789, 0.859
     finetune(run_dir, "model.init_from=all-MiniLM-L6-v2", *files, f"finetune.label_map={label_map}",
              "finetune.max_length=48", "optim.lr=5e-4", "train.micro_batch_size=16", "train.global_batch_size=16",
-             "train.max_steps=16", "train.best_metric=accuracy")
+             "train.max_steps=32", "train.best_metric=accuracy")
     results = json.loads((run_dir / "test_results.json").read_text())
     assert results["label_names"] == ["adj", "adv", "noun", "verb"]
     majority = max(report["support"] for report in results["per_class"]) / results["metrics"]["examples"]

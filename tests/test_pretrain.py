@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from bertforge.config import config_to_yaml, load_config
 from bertforge.data.bundled import corpus_path
@@ -152,8 +153,8 @@ def test_pretraining_resumes_exactly_after_sigterm(prepared_mlm: Path, tmp_path:
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert (run_dir / "checkpoints" / "latest").read_text() == "step-00000005"
     Trainer(config, PretrainTask(config)).fit()
-    a = torch.load(reference / "checkpoints" / "step-00000012" / "model.pt", weights_only=True)
-    b = torch.load(run_dir / "checkpoints" / "step-00000012" / "model.pt", weights_only=True)
+    a = load_file(reference / "checkpoints" / "step-00000012" / "model" / "model.safetensors")
+    b = load_file(run_dir / "checkpoints" / "step-00000012" / "model" / "model.safetensors")
     for key in a:
         assert torch.equal(a[key], b[key]), key
 

@@ -31,7 +31,7 @@ from bertforge.data.labeled import (
     read_labeled_split,
 )
 from bertforge.errors import BertforgeError, first_line
-from bertforge.locate import ModelLocation, load_checkpoint_model, locate_model, tokenizer_dir_for
+from bertforge.locate import ModelLocation, resolve_model, tokenizer_dir_for
 from bertforge.models.serialization import CORRUPT_FILE_MARKS, DAMAGED_WEIGHTS_ERRORS
 from bertforge.tasks.metrics import (
     ClassReport,
@@ -87,17 +87,11 @@ class LoadedModel:
 
 def load_model(reference: str | Path) -> LoadedModel:
     """Load any model `bertforge.locate` understands, on the CPU, in eval mode."""
-    from bertforge.models import load_bertforge_model
-    from bertforge.models.hf import load_hf_checkpoint
+    from bertforge.models.loading import load_model_directory
 
-    location = locate_model(reference)
+    location = resolve_model(reference)
     try:
-        if location.kind == "bertforge":
-            model = load_bertforge_model(location.path)
-        elif location.kind == "hf":
-            model = load_hf_checkpoint(location.path)
-        else:
-            model = load_checkpoint_model(location.path, location.run_dir)
+        model = load_model_directory(location.path)
     except DAMAGED_WEIGHTS_ERRORS as error:
         if isinstance(error, RuntimeError | ValueError) and not any(
                 mark in str(error) for mark in CORRUPT_FILE_MARKS):

@@ -20,6 +20,7 @@ from bertforge.models.attention import PackedAttention
 from bertforge.models.config import EncoderConfig
 from bertforge.models.dropout import Dropout
 from bertforge.models.embeddings import Embeddings, layer_norm
+from bertforge.models.heads import Pooler
 from bertforge.models.init import init_weights
 from bertforge.models.mlp import build_mlp
 from bertforge.models.rotary import apply_rotary, rotary_cos_sin
@@ -147,14 +148,20 @@ class EncoderLayer(nn.Module):
 
 
 class BertforgeModel(SavableModel, nn.Module):
-    """The bare encoder: packed token ids in, [tokens, hidden] states out."""
+    """The bare encoder: packed token ids in, [tokens, hidden] states out.
 
-    def __init__(self, config: EncoderConfig):
+    `pooler=True` keeps BERT's pooler beside it, unused by `forward`: a bare HF `BertModel` (e.g.
+    all-MiniLM-L6-v2) carries one, and a classifier fine-tuned from it starts from it, as
+    `BertForSequenceClassification.from_pretrained` does; an export writes it back.
+    """
+
+    def __init__(self, config: EncoderConfig, pooler: bool = False):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config, index) for index in range(config.num_layers))
         self.final_norm = layer_norm(config) if config.norm == "pre" else None
+        self.pooler = Pooler(config) if pooler else None
         init_weights(self, config)
 
     def encode(self, packed: PackedInputs, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -189,4 +196,4 @@ class BertforgeModel(SavableModel, nn.Module):
                                        attention_mask))
 
     def head_arguments(self) -> dict[str, object]:
-        return {}
+        return {"pooler": True} if self.pooler is not None else {}

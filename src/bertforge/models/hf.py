@@ -49,10 +49,6 @@ IMPORTABLE_CLASSES = {
     "ModernBertForSequenceClassification": "classification",
 }
 
-# (our key, HF key or the HF query/key/value keys our fused matrix concatenates)
-KeyPair = tuple[str, str | tuple[str, str, str]]
-
-
 # ---------------------------------------------------------------------------------------------
 # which stock class fits
 
@@ -81,6 +77,8 @@ def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
         return None, reason
     prefix = "Bert" if family == "bert" else "ModernBert"
     if isinstance(model, BertforgeModel):
+        if model.pooler is not None and family == "modernbert":
+            return None, "HF ModernBertModel has no BERT pooler"
         return f"{prefix}Model", ""
     if isinstance(model, BertforgeForPreTraining):
         if model.nsp:
@@ -100,87 +98,105 @@ def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
 # weight names
 
 
-def _bert_pairs(config: EncoderConfig, hf_class: str) -> list[KeyPair]:
-    base = "" if hf_class == "BertModel" else "bert."
-    pairs: list[KeyPair] = [
-        ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
-        ("embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
-        ("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
-        ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
-        ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
-    ]
-    for i in range(config.num_layers):
-        ours, theirs = f"layers.{i}.", f"encoder.layer.{i}."
-        for kind in ("weight", "bias"):
-            pairs += [
-                (f"{ours}attention.qkv.{kind}",
-                 tuple(f"{theirs}attention.self.{name}.{kind}" for name in ("query", "key", "value"))),  # type: ignore[list-item]
-                (f"{ours}attention.output.{kind}", f"{theirs}attention.output.dense.{kind}"),
-                (f"{ours}attention_norm.{kind}", f"{theirs}attention.output.LayerNorm.{kind}"),
-                (f"{ours}mlp.input.{kind}", f"{theirs}intermediate.dense.{kind}"),
-                (f"{ours}mlp.output.{kind}", f"{theirs}output.dense.{kind}"),
-                (f"{ours}mlp_norm.{kind}", f"{theirs}output.LayerNorm.{kind}"),
-            ]
-    encoder_prefix = "" if hf_class == "BertModel" else "encoder."
-    pairs = [(encoder_prefix + ours, _prefixed(base, theirs)) for ours, theirs in pairs]
-    heads: list[KeyPair] = []
-    if hf_class in ("BertForMaskedLM", "BertForPreTraining"):
-        heads += [("mlm_head.transform.dense.weight", "cls.predictions.transform.dense.weight"),
-                  ("mlm_head.transform.dense.bias", "cls.predictions.transform.dense.bias"),
-                  ("mlm_head.transform.norm.weight", "cls.predictions.transform.LayerNorm.weight"),
-                  ("mlm_head.transform.norm.bias", "cls.predictions.transform.LayerNorm.bias"),
-                  ("mlm_head.decoder.weight", "cls.predictions.decoder.weight"),
-                  ("mlm_head.decoder.bias", "cls.predictions.bias")]
-    if hf_class == "BertForPreTraining":
-        heads += [("nsp_head.pooler.dense.weight", "bert.pooler.dense.weight"),
-                  ("nsp_head.pooler.dense.bias", "bert.pooler.dense.bias"),
-                  ("nsp_head.classifier.weight", "cls.seq_relationship.weight"),
-                  ("nsp_head.classifier.bias", "cls.seq_relationship.bias")]
-    if hf_class == "BertForSequenceClassification":
-        heads += [("head.pooler.dense.weight", "bert.pooler.dense.weight"),
-                  ("head.pooler.dense.bias", "bert.pooler.dense.bias"),
-                  ("head.classifier.weight", "classifier.weight"),
-                  ("head.classifier.bias", "classifier.bias")]
-    return pairs + heads
+# (our key, HF key or the HF query/key/value keys our fused matrix concatenates)
+KeyPair = tuple[str, str | tuple[str, str, str]]
+
+# The weight names, as data. In the encoder tables `{}` is the layer index and `{kind}` weight|bias;
+# keys are as a bare `BertModel` / our `BertforgeModel` name them. A model with a head puts the
+# encoder under a prefix (ENCODER_PREFIXES: ours, HF's); head keys are written in full.
+BERT_ENCODER: tuple[KeyPair, ...] = (
+    ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
+    ("embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
+    ("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+    ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
+    ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
+)
+BERT_LAYER: tuple[KeyPair, ...] = (
+    ("layers.{}.attention.qkv.{kind}", ("encoder.layer.{}.attention.self.query.{kind}",
+                                        "encoder.layer.{}.attention.self.key.{kind}",
+                                        "encoder.layer.{}.attention.self.value.{kind}")),
+    ("layers.{}.attention.output.{kind}", "encoder.layer.{}.attention.output.dense.{kind}"),
+    ("layers.{}.attention_norm.{kind}", "encoder.layer.{}.attention.output.LayerNorm.{kind}"),
+    ("layers.{}.mlp.input.{kind}", "encoder.layer.{}.intermediate.dense.{kind}"),
+    ("layers.{}.mlp.output.{kind}", "encoder.layer.{}.output.dense.{kind}"),
+    ("layers.{}.mlp_norm.{kind}", "encoder.layer.{}.output.LayerNorm.{kind}"),
+)
+BERT_POOLER: tuple[KeyPair, ...] = (("pooler.dense.weight", "pooler.dense.weight"),
+                                    ("pooler.dense.bias", "pooler.dense.bias"))
+BERT_MLM_HEAD: tuple[KeyPair, ...] = (
+    ("mlm_head.transform.dense.weight", "cls.predictions.transform.dense.weight"),
+    ("mlm_head.transform.dense.bias", "cls.predictions.transform.dense.bias"),
+    ("mlm_head.transform.norm.weight", "cls.predictions.transform.LayerNorm.weight"),
+    ("mlm_head.transform.norm.bias", "cls.predictions.transform.LayerNorm.bias"),
+    ("mlm_head.decoder.weight", "cls.predictions.decoder.weight"),
+    ("mlm_head.decoder.bias", "cls.predictions.bias"),
+)
+MODERNBERT_ENCODER: tuple[KeyPair, ...] = (
+    ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight"),
+    ("embeddings.norm.weight", "embeddings.norm.weight"),
+    ("final_norm.weight", "final_norm.weight"),
+)
+MODERNBERT_LAYER: tuple[KeyPair, ...] = (
+    ("layers.{}.attention.qkv.weight", "layers.{}.attn.Wqkv.weight"),
+    ("layers.{}.attention.output.weight", "layers.{}.attn.Wo.weight"),
+    ("layers.{}.mlp.input.weight", "layers.{}.mlp.Wi.weight"),
+    ("layers.{}.mlp.output.weight", "layers.{}.mlp.Wo.weight"),
+    ("layers.{}.mlp_norm.weight", "layers.{}.mlp_norm.weight"),
+)
+# layer 0 has no attention norm: the embeddings' norm precedes it
+MODERNBERT_LAYER_AFTER_FIRST: tuple[KeyPair, ...] = (("layers.{}.attention_norm.weight", "layers.{}.attn_norm.weight"),)
+HEADS: dict[str, tuple[KeyPair, ...]] = {
+    "BertModel": (),
+    "BertForMaskedLM": BERT_MLM_HEAD,
+    "BertForPreTraining": BERT_MLM_HEAD + (
+        ("nsp_head.pooler.dense.weight", "bert.pooler.dense.weight"),
+        ("nsp_head.pooler.dense.bias", "bert.pooler.dense.bias"),
+        ("nsp_head.classifier.weight", "cls.seq_relationship.weight"),
+        ("nsp_head.classifier.bias", "cls.seq_relationship.bias")),
+    "BertForSequenceClassification": (
+        ("head.pooler.dense.weight", "bert.pooler.dense.weight"),
+        ("head.pooler.dense.bias", "bert.pooler.dense.bias"),
+        ("head.classifier.weight", "classifier.weight"),
+        ("head.classifier.bias", "classifier.bias")),
+    "ModernBertModel": (),
+    "ModernBertForMaskedLM": (
+        ("mlm_head.transform.dense.weight", "head.dense.weight"),
+        ("mlm_head.transform.norm.weight", "head.norm.weight"),
+        ("mlm_head.decoder.weight", "decoder.weight"),
+        ("mlm_head.decoder.bias", "decoder.bias")),
+    "ModernBertForSequenceClassification": (
+        ("head.transform.dense.weight", "head.dense.weight"),
+        ("head.transform.norm.weight", "head.norm.weight"),
+        ("head.classifier.weight", "classifier.weight"),
+        ("head.classifier.bias", "classifier.bias")),
+}
+ENCODER_PREFIXES = {name: ("", "") if name.endswith("Model") else
+                    ("encoder.", "model." if name.startswith("ModernBert") else "bert.") for name in HEADS}
 
 
-def _modernbert_pairs(config: EncoderConfig, hf_class: str) -> list[KeyPair]:
-    base = "" if hf_class == "ModernBertModel" else "model."
-    pairs: list[KeyPair] = [("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight"),
-                            ("embeddings.norm.weight", "embeddings.norm.weight"),
-                            ("final_norm.weight", "final_norm.weight")]
-    for i in range(config.num_layers):
-        ours, theirs = f"layers.{i}.", f"layers.{i}."
-        pairs += [(f"{ours}attention.qkv.weight", f"{theirs}attn.Wqkv.weight"),
-                  (f"{ours}attention.output.weight", f"{theirs}attn.Wo.weight"),
-                  (f"{ours}mlp.input.weight", f"{theirs}mlp.Wi.weight"),
-                  (f"{ours}mlp.output.weight", f"{theirs}mlp.Wo.weight"),
-                  (f"{ours}mlp_norm.weight", f"{theirs}mlp_norm.weight")]
-        if i > 0:  # layer 0 has no attention norm (the embeddings' norm precedes it)
-            pairs.append((f"{ours}attention_norm.weight", f"{theirs}attn_norm.weight"))
-    encoder_prefix = "" if hf_class == "ModernBertModel" else "encoder."
-    pairs = [(encoder_prefix + ours, _prefixed(base, theirs)) for ours, theirs in pairs]
-    if hf_class == "ModernBertForMaskedLM":
-        pairs += [("mlm_head.transform.dense.weight", "head.dense.weight"),
-                  ("mlm_head.transform.norm.weight", "head.norm.weight"),
-                  ("mlm_head.decoder.weight", "decoder.weight"),
-                  ("mlm_head.decoder.bias", "decoder.bias")]
-    if hf_class == "ModernBertForSequenceClassification":
-        pairs += [("head.transform.dense.weight", "head.dense.weight"),
-                  ("head.transform.norm.weight", "head.norm.weight"),
-                  ("head.classifier.weight", "classifier.weight"),
-                  ("head.classifier.bias", "classifier.bias")]
-    return pairs
+def _filled(pair: KeyPair, prefixes: tuple[str, str], layer: int | str = "", kind: str = "") -> KeyPair:
+    ours, theirs = pair
+    if isinstance(theirs, tuple):
+        filled = tuple(prefixes[1] + name.format(layer, kind=kind) for name in theirs)
+        return prefixes[0] + ours.format(layer, kind=kind), filled  # type: ignore[return-value]
+    return prefixes[0] + ours.format(layer, kind=kind), prefixes[1] + theirs.format(layer, kind=kind)
 
 
-def _prefixed(prefix: str, key: str | tuple[str, ...]) -> str | tuple[str, str, str]:
-    if isinstance(key, tuple):
-        return tuple(prefix + k for k in key)  # type: ignore[return-value]
-    return prefix + key
-
-
-def key_pairs(config: EncoderConfig, hf_class: str) -> list[KeyPair]:
-    return _modernbert_pairs(config, hf_class) if hf_class.startswith("ModernBert") else _bert_pairs(config, hf_class)
+def key_pairs(config: EncoderConfig, hf_class: str, *, pooler: bool = False) -> list[KeyPair]:
+    """Every (our key, HF key) of `hf_class` for this encoder; `pooler`: a bare model's BERT pooler too."""
+    prefixes = ENCODER_PREFIXES[hf_class]
+    if hf_class.startswith("ModernBert"):
+        pairs = [_filled(pair, prefixes) for pair in MODERNBERT_ENCODER]
+        for i in range(config.num_layers):
+            layer = MODERNBERT_LAYER + (MODERNBERT_LAYER_AFTER_FIRST if i > 0 else ())
+            pairs += [_filled(pair, prefixes, i) for pair in layer]
+    else:
+        pairs = [_filled(pair, prefixes) for pair in BERT_ENCODER]
+        pairs += [_filled(pair, prefixes, i, kind) for i in range(config.num_layers) for kind in ("weight", "bias")
+                  for pair in BERT_LAYER]
+        if pooler:
+            pairs += [_filled(pair, prefixes) for pair in BERT_POOLER]
+    return pairs + list(HEADS[hf_class])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,21 +343,21 @@ def from_hf(hf_model: nn.Module, task: str = "auto", *, num_labels: int | None =
     if task not in TASKS:
         raise BertforgeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     task = IMPORTABLE_CLASSES[hf_class] if task == "auto" else task
-    model = _new_model(config, hf_class, hf_config, task, num_labels=num_labels, problem_type=problem_type,
-                       label_names=label_names, nsp=nsp)
     hf_state = hf_model.state_dict()
     # A bare BertModel/ModernBertModel has no `bert.`/`model.` prefix; read it in the For* layout.
     if hf_class in ("BertModel", "ModernBertModel"):
         hf_state = {("bert." if hf_class == "BertModel" else "model.") + key: value for key, value in hf_state.items()}
+    model = _new_model(config, hf_class, hf_config, task, num_labels=num_labels, problem_type=problem_type,
+                       label_names=label_names, nsp=nsp, pooler="bert.pooler.dense.weight" in hf_state)
     load_converted_state(model, hf_state, source)
     return model
 
 
 def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.PretrainedConfig, task: str, *,
                num_labels: int | None, problem_type: str | None, label_names: list[str] | None,
-               nsp: bool | None) -> BertforgeAny:
+               nsp: bool | None, pooler: bool) -> BertforgeAny:
     if task == "base":
-        return BertforgeModel(config)
+        return BertforgeModel(config, pooler=pooler)
     if task == "pretraining":
         return BertforgeForPreTraining(config, nsp=hf_class == "BertForPreTraining" if nsp is None else nsp)
     if hf_class.endswith("ForSequenceClassification"):
@@ -360,11 +376,12 @@ def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.Pre
 
 def _import_pairs(model: BertforgeAny) -> list[KeyPair]:
     """Key pairs in the For* layout (HF keys prefixed `bert.` / `model.`), for every weight `model` has."""
-    family = hf_family(model.config)[0]
-    bert = family == "bert"
+    bert = hf_family(model.config)[0] == "bert"
     if isinstance(model, BertforgeModel):
-        full = key_pairs(model.config, "BertForPreTraining" if bert else "ModernBertForMaskedLM")
-        return [(ours.removeprefix("encoder."), theirs) for ours, theirs in full if ours.startswith("encoder.")]
+        bare = key_pairs(model.config, "BertModel" if bert else "ModernBertModel", pooler=model.pooler is not None)
+        prefix = "bert." if bert else "model."
+        return [(ours, tuple(prefix + key for key in theirs) if isinstance(theirs, tuple) else prefix + theirs)
+                for ours, theirs in bare]  # type: ignore[misc]
     if isinstance(model, BertforgeForPreTraining):
         return key_pairs(model.config, "BertForPreTraining" if bert else "ModernBertForMaskedLM")
     return key_pairs(model.config, "BertForSequenceClassification" if bert else "ModernBertForSequenceClassification")
@@ -441,7 +458,13 @@ def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels:
                        nsp: bool | None = None) -> BertforgeAny:
     """Load a Hugging Face BERT/ModernBERT directory (e.g. all-MiniLM-L6-v2) into a bertforge model, offline."""
     hf_class = hf_architecture(directory)
-    hf_model = getattr(transformers, hf_class).from_pretrained(str(directory), local_files_only=True)
+    hf_model, loading = getattr(transformers, hf_class).from_pretrained(str(directory), local_files_only=True,
+                                                                         output_loading_info=True)
+    if any(key.endswith("pooler.dense.weight") for key in loading["missing_keys"]):
+        # transformers drew a pooler the checkpoint does not have: import none rather than that draw
+        owner = hf_model if hf_class == "BertModel" else getattr(hf_model, "bert", None)
+        if owner is not None:
+            owner.pooler = None
     return from_hf(hf_model, task, num_labels=num_labels, problem_type=problem_type, label_names=label_names,
                    nsp=nsp)
 
@@ -482,10 +505,11 @@ def to_hf_model(model: BertforgeAny, special_tokens: dict[str, int] | None = Non
         raise BertforgeError(f"no stock transformers class for this model: {reason}")
     hf_config = hf_config_for(model, hf_class, special_tokens or {})
     cls = getattr(transformers, hf_class)
-    hf_model = cls(hf_config, add_pooling_layer=False) if hf_class == "BertModel" else cls(hf_config)
+    pooler = isinstance(model, BertforgeModel) and model.pooler is not None
+    hf_model = cls(hf_config, add_pooling_layer=pooler) if hf_class == "BertModel" else cls(hf_config)
     ours = model.state_dict()
     converted: dict[str, torch.Tensor] = {}
-    for our_key, hf_key in key_pairs(model.config, hf_class):
+    for our_key, hf_key in key_pairs(model.config, hf_class, pooler=pooler):
         if our_key not in ours:
             continue
         if isinstance(hf_key, tuple):

@@ -1,9 +1,11 @@
-"""Start a model for a task from any saved encoder: `model.init_from` in one call.
+"""One way from a model reference to a model: resolve it to a model directory, load, adapt to the task.
 
-Fine-tuning starts from a pre-training run (bertforge format) or from a Hugging Face checkpoint;
-pre-training can continue from either. The encoder weights always carry over; a head carries over
-when the source has one of the same shape (BERT's pooler, shared by NSP and the classifier, too),
-as `transformers`' `from_pretrained` does; anything else starts fresh.
+`load_model_directory` builds the model a directory holds (bertforge's format, or a Hugging Face
+BERT/ModernBERT directory converted on load). `load_for_task` starts a model for a task from any
+reference `bertforge.locate.resolve_model` understands (`model.init_from` of `pretrain` and
+`finetune`): the encoder weights always carry over; a head carries over when the source has one of
+the same shape (BERT's pooler, shared by NSP and the classifier, too), as `transformers`'
+`from_pretrained` does; anything else starts fresh.
 """
 
 from __future__ import annotations
@@ -11,38 +13,48 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bertforge.errors import BertforgeError, ConfigError
+from bertforge.config import ModelSection
+from bertforge.errors import ConfigError
+from bertforge.locate import resolve_model
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
 from bertforge.models.encoder import BertforgeModel
 from bertforge.models.heads import Pooler
-from bertforge.models.hf import BertforgeAny, hf_architecture, load_hf_checkpoint
+from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
 from bertforge.models.pretraining import BertforgeForPreTraining
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model
 
 TASKS = ("base", "pretraining", "classification")
-# Fields that may differ from the saved model's: they change no weight shape of the encoder.
+# The model fields a run may set when it starts from a saved model: they change no weight's shape.
+# (Every other `model.*` field comes from the saved model.)
 RUNTIME_FIELDS = ("hidden_dropout", "attention_dropout", "classifier_dropout", "attention_backend", "pooling")
 
 
-def load_for_task(path: str | Path, task: str, *, nsp: bool = False, num_labels: int | None = None,
+def runtime_overrides(section: ModelSection) -> dict[str, object]:
+    """The RUNTIME_FIELDS a config's `model:` section sets (None = keep the saved model's)."""
+    values = {name: getattr(section, name) for name in RUNTIME_FIELDS}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def load_model_directory(path: Path) -> BertforgeAny:
+    """The model a bertforge or Hugging Face model directory holds, as it was saved."""
+    if is_bertforge_model_dir(path):
+        return load_bertforge_model(path)
+    return load_hf_checkpoint(path)
+
+
+def load_for_task(reference: str | Path, task: str, *, nsp: bool = False, num_labels: int | None = None,
                   problem_type: str = "classification", label_names: list[str] | None = None,
                   config_overrides: dict[str, object] | None = None) -> BertforgeAny:
-    """A model for `task` (base | pretraining | classification) initialised from the encoder at `path`."""
+    """A model for `task` (base | pretraining | classification) initialised from the model `reference` names."""
     if task not in TASKS:
         raise ConfigError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    path = Path(path)
-    if is_bertforge_model_dir(path):
-        source: BertforgeAny = load_bertforge_model(path)
-    elif (path / "config.json").is_file():
-        source = _load_hf_source(path, task)
-    else:
-        raise BertforgeError(f"{path} is neither a bertforge model directory (bertforge_model.json) nor a Hugging "
-                             "Face one (config.json); check `model.init_from`")
-    config = _with_overrides(source.config, config_overrides or {}, str(path))
+    location = resolve_model(reference)
+    source = load_model_directory(location.path)
+    config = _with_overrides(source.config, config_overrides or {}, str(location.path))
     target: BertforgeAny
     if task == "base":
-        target = BertforgeModel(config)
+        target = BertforgeModel(config, pooler=_pooler(source) is not None)
     elif task == "pretraining":
         target = BertforgeForPreTraining(config, nsp=nsp)
     else:
@@ -54,15 +66,6 @@ def load_for_task(path: str | Path, task: str, *, nsp: bool = False, num_labels:
         target = BertforgeForSequenceClassification(config, num_labels or 1, problem_type, label_names)
     _transfer(source, target)
     return target
-
-
-def _load_hf_source(path: Path, task: str) -> BertforgeAny:
-    """A bare HF `BertModel` (all-MiniLM-L6-v2 is one) still holds BERT's pooler, and `transformers`'
-    `BertForSequenceClassification.from_pretrained` starts from it; read it through a throwaway
-    one-output head so a classifier starts from the same pooler instead of a fresh one."""
-    if task == "classification" and hf_architecture(path) == "BertModel":
-        return load_hf_checkpoint(path, "classification", num_labels=1, problem_type="regression")
-    return load_hf_checkpoint(path)
 
 
 def _with_overrides(config: EncoderConfig, overrides: dict[str, object], source: str) -> EncoderConfig:
@@ -82,11 +85,13 @@ def _pooler(model: BertforgeAny) -> Pooler | None:
         return model.nsp_head.pooler if model.nsp_head is not None else None
     if isinstance(model, BertforgeForSequenceClassification):
         return model.head.pooler
-    return None
+    return model.pooler
 
 
 def _transfer(source: BertforgeAny, target: BertforgeAny) -> None:
-    _encoder(target).load_state_dict(_encoder(source).state_dict())
+    encoder_state = {key: value for key, value in _encoder(source).state_dict().items()
+                     if not key.startswith("pooler.")}  # a bare encoder's pooler is transferred as a pooler below
+    _encoder(target).load_state_dict(encoder_state, strict=_encoder(target).pooler is None)
     source_pooler, target_pooler = _pooler(source), _pooler(target)
     if source_pooler is not None and target_pooler is not None:
         target_pooler.load_state_dict(source_pooler.state_dict())

@@ -1,9 +1,13 @@
-"""bertforge's own model directory: `model.safetensors` + `bertforge_model.json`.
+"""bertforge's own model directory: `model.safetensors` + `bertforge_model.json` (+ tokenizer files).
 
 Every architecture the encoder supports can be saved this way (Hugging Face has stock classes for
-only two of them), and it round-trips bit for bit: checkpoints and a run's `final/` use it. Tied
-weights are stored once and re-tied by the model's constructor on load. Directories are written
-under a temporary name and renamed into place, so a crash never leaves a half-written model.
+only two of them), and it round-trips bit for bit: every checkpoint holds one (`step-N/model/`),
+and a run's `final/` is one when no stock `transformers` class fits. Tied weights are stored once
+and re-tied by the model's constructor on load. Directories are written under a temporary name and
+renamed into place, so a crash never leaves a half-written model.
+
+The model classes register themselves here by inheriting `SavableModel`; this module imports none
+of them, so the IO layer does not depend on the models built on it.
 """
 
 from __future__ import annotations
@@ -44,16 +48,18 @@ CORRUPT_FILE_MARKS = ("deserializing header", "incomplete metadata", "PytorchStr
                       "invalid load key", "file not fully covered", "MetadataIncompleteBuffer")
 
 
-def model_classes() -> dict[str, type[torch.nn.Module]]:
-    from bertforge.models.classification import BertforgeForSequenceClassification
-    from bertforge.models.encoder import BertforgeModel
-    from bertforge.models.pretraining import BertforgeForPreTraining
-
-    return {cls.__name__: cls for cls in (BertforgeModel, BertforgeForPreTraining, BertforgeForSequenceClassification)}
+# the classes a model directory can hold, by name: filled by `SavableModel.__init_subclass__`
+MODEL_CLASSES: dict[str, type[torch.nn.Module]] = {}
 
 
 class SavableModel:
-    """`save_pretrained(dir)` / `from_pretrained(dir)` for the bertforge models."""
+    """`save_pretrained(dir)` / `from_pretrained(dir)` for the bertforge models; subclassing registers
+    the class under its name (wrappers made at run time, e.g. FSDP2's, are not registered)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("bertforge.") and issubclass(cls, torch.nn.Module):
+            MODEL_CLASSES[cls.__name__] = cls
 
     def save_pretrained(self, directory: str | Path, tokenizer_dir: str | Path | None = None) -> Path:
         assert isinstance(self, torch.nn.Module)
@@ -87,7 +93,7 @@ def save_bertforge_model(model: torch.nn.Module, directory: str | Path,
                          tokenizer_dir: str | Path | None = None) -> Path:
     """Write `model` (any bertforge model class) to `directory`, atomically; returns the directory."""
     class_name = type(model).__name__
-    if class_name not in model_classes():
+    if class_name not in MODEL_CLASSES:
         raise TypeError(f"{class_name} is not a bertforge model class")
     tensors, tied = untied_state_dict(model)
     description = {
@@ -114,27 +120,32 @@ def load_bertforge_model(directory: str | Path, expected_class: type[ModelT] | N
     """Rebuild the model saved by `save_bertforge_model` (weights identical to the saved ones)."""
     directory = Path(directory)
     description = read_model_description(directory)
-    classes = model_classes()
     class_name = description.get("model_class")
-    if class_name not in classes:
+    if class_name not in MODEL_CLASSES:
         raise BertforgeError(f"{directory / CONFIG_NAME}: unknown model_class {class_name!r}; "
-                             f"expected one of {', '.join(classes)} (saved by a newer bertforge?)")
-    cls = classes[class_name]
+                             f"expected one of {', '.join(MODEL_CLASSES)} (saved by a newer bertforge?)")
+    cls = MODEL_CLASSES[class_name]
     if expected_class is not None and cls is not expected_class:
         raise BertforgeError(f"{directory} holds a {class_name}, not a {expected_class.__name__}; "
                              "load it with load_bertforge_model() or bertforge.models.load_for_task()")
     config = EncoderConfig.from_dict(description["encoder_config"], source=str(directory / CONFIG_NAME))
     model = cls(config, **description.get("head_arguments", {}))
+    load_weights_into(model, directory, map_location)
+    return model  # type: ignore[return-value]
+
+
+def load_weights_into(model: torch.nn.Module, directory: Path, map_location: str | torch.device = "cpu") -> None:
+    """Copy the weights of the model directory `directory` into `model` (of the class it holds), exactly:
+    a checkpoint's `model/` is what an exact resume reads."""
     weights_path = directory / WEIGHTS_NAME
     if not weights_path.is_file():
         raise BertforgeError(f"{weights_path} is missing; the model directory is incomplete, save it again")
-    state = load_file(str(weights_path), device=str(map_location))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [key for key in missing if key not in description.get("tied_weights", {})]
+    tied = read_model_description(directory).get("tied_weights", {})
+    missing, unexpected = model.load_state_dict(load_file(str(weights_path), device=str(map_location)), strict=False)
+    missing = [key for key in missing if key not in tied]
     if missing or unexpected:
         raise BertforgeError(f"{weights_path} does not match its {CONFIG_NAME}: missing {missing[:5]}, "
                              f"unexpected {unexpected[:5]}; the directory was modified or is corrupt")
-    return model  # type: ignore[return-value]
 
 
 def read_model_description(directory: Path) -> dict[str, Any]:

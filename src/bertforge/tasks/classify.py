@@ -16,10 +16,8 @@ run directory) and exports `final/` in Hugging Face format with the label names,
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -42,19 +40,11 @@ from bertforge.inference import (
     outputs_of,
     write_evaluation,
 )
-from bertforge.locate import (
-    load_checkpoint_model,
-    locate_model,
-    resolve_data_file,
-    resolve_model_path,
-    save_model_description,
-    tokenizer_dir_for,
-)
+from bertforge.locate import resolve_data_file, resolve_model, resolve_model_path, tokenizer_dir_for
 from bertforge.tasks.metrics import best_mode, compute_metrics, metric_names
 from bertforge.train.task import Batch, Task, TaskData
 
 LOSS_UNIT = "examples"
-DROPOUT_FIELDS = ("hidden_dropout", "attention_dropout", "classifier_dropout")
 PRINTED_CONFUSION_CLASSES = 12  # larger confusion matrices go to the report file and the PNG only
 
 
@@ -85,7 +75,7 @@ class ClassificationTask(Task):
         if section.tokenizer:
             return resolve_model_path(section.tokenizer)
         if section.init_from:
-            found = tokenizer_dir_for(locate_model(section.init_from))
+            found = tokenizer_dir_for(resolve_model(section.init_from))
             if found is not None:
                 return found
             raise ConfigError(f"model.init_from {section.init_from} comes without a tokenizer; set model.tokenizer "
@@ -148,29 +138,24 @@ class ClassificationTask(Task):
         if model.config.position == "learned" and self.config.finetune.max_length > positions:
             raise ConfigError(f"finetune.max_length is {self.config.finetune.max_length} but the model has learned "
                               f"positions for {positions} tokens; set finetune.max_length <= {positions}")
-        save_model_description(model, self.run_dir)
         return model
 
     def _model_from(self, reference: str, task_type: str, num_labels: int, label_names: list[str] | None) -> nn.Module:
         """The encoder (and BERT's pooler) of any saved model, with a fresh head for our labels."""
-        from bertforge.models import load_for_task, save_bertforge_model
+        from bertforge.models.loading import load_for_task, runtime_overrides
 
-        section = self.config.model
-        overrides: dict[str, object] = {name: getattr(section, name) for name in DROPOUT_FIELDS
-                                        if getattr(section, name) is not None}
-        overrides["attention_backend"] = section.attention_backend
-        if section.pooling is not None:  # None keeps what the source model pools with
-            overrides["pooling"] = section.pooling
-        arguments: dict[str, Any] = dict(num_labels=num_labels, problem_type=task_type, label_names=label_names,
-                                         config_overrides=overrides)
-        location = locate_model(reference)
-        if location.kind == "hf" and section.pooling is None:
-            hint_sentence_transformers_pooling(location.path)
-        if location.kind != "checkpoint":
-            return load_for_task(location.path, "classification", **arguments)
-        with tempfile.TemporaryDirectory(prefix="bertforge-init-") as staging:
-            source = save_bertforge_model(load_checkpoint_model(location.path, location.run_dir), Path(staging) / "m")
-            return load_for_task(source, "classification", **arguments)
+        if self.config.model.pooling is None:
+            location = resolve_model(reference)
+            if location.format == "hf":
+                hint_sentence_transformers_pooling(location.path)
+        return load_for_task(reference, "classification", num_labels=num_labels, problem_type=task_type,
+                             label_names=label_names, config_overrides=runtime_overrides(self.config.model))
+
+    def save_model(self, model: nn.Module, directory: Path) -> None:
+        """The model directory of a checkpoint: bertforge's format, with the tokenizer."""
+        from bertforge.models import save_bertforge_model
+
+        save_bertforge_model(model, directory, self.tokenizer_dir())
 
     # --- training -------------------------------------------------------------------------------
 

@@ -79,13 +79,12 @@ class PretrainTask(Task):
                               "data with that tokenizer")
 
     def build_model(self) -> nn.Module:
-        from bertforge.locate import save_model_description
+        from bertforge.models.loading import runtime_overrides
 
         section = self.config.model
         if section.init_from:
-            overrides = {k: getattr(section, k) for k in ("hidden_dropout", "attention_dropout")
-                         if getattr(section, k) is not None} | {"attention_backend": section.attention_backend}
-            model = load_for_task(section.init_from, "pretraining", nsp=self.nsp, config_overrides=overrides)
+            model = load_for_task(section.init_from, "pretraining", nsp=self.nsp,
+                                  config_overrides=runtime_overrides(section))
         else:
             model = BertforgeForPreTraining(encoder_config_from_section(section, self.vocab_size), nsp=self.nsp)
         if model.config.vocab_size < self.vocab_size:  # an id past the embedding table is an opaque index error
@@ -94,8 +93,6 @@ class PretrainTask(Task):
                               f"{self.config.data.path} has {self.vocab_size} tokens; "
                               + ("pre-train from a model with that tokenizer" if section.init_from else
                                  f"set model.vocab_size to at least {self.vocab_size} or leave it unset"))
-        # the architecture next to the checkpoints, so `bertforge export RUN/checkpoints/step-N` rebuilds it
-        save_model_description(model, Path(self.config.run.output_dir) / self.config.run.name)
         return model
 
     def loss_units(self, batch: Batch) -> dict[str, float]:
@@ -147,6 +144,12 @@ class PretrainTask(Task):
         attention = 2 * 2 * layers * seq_len * hidden  # QK^T and AV per token (average full-length context)
         mlm_head = self.config.data.mask_prob * (2 * hidden * config.vocab_size + 2 * hidden * hidden)
         return 3 * (2 * encoder + attention + mlm_head)
+
+    def save_model(self, model: nn.Module, directory: Path) -> None:
+        """The model directory of a checkpoint: bertforge's format, with the data's tokenizer."""
+        from bertforge.models import save_bertforge_model
+
+        save_bertforge_model(model, directory, self.tokenizer_dir)
 
     def save_final(self, model: nn.Module, directory: Path) -> None:
         from bertforge.models import export_hf

@@ -1,13 +1,17 @@
 """Atomic checkpoints with exact resume.
 
 A checkpoint is a directory `checkpoints/step-00000123/` holding the model, optimizer, per-rank
-RNG states and `meta.json` (step, consumed samples, elapsed time, metrics). It is written to a
+RNG states and `meta.json` (step, consumed samples, elapsed time, metrics). The model is a complete
+model directory, `model/` (weights in safetensors, its description, the tokenizer), written by the
+task's `save_model`, so every command loads a checkpoint as a model; a user task without that hook
+keeps a plain state dict, `model.pt`. It is written to a
 temporary sibling, every file fsynced, renamed into place and only then named in the `latest`
 marker — written last, after every rank has finished its part. A `kill -9` at any moment leaves
 either the previous complete checkpoint or the new one, never a half-written one that `resume:
 auto` would pick. Under FSDP2 the model and optimizer are sharded states written by
-`torch.distributed.checkpoint` (DCP); otherwise rank 0 writes full state dicts (ZeRO-1 first
-consolidates the sharded optimizer state on rank 0).
+`torch.distributed.checkpoint` (DCP), which is what resume reads, and `model/` is written from the
+gathered full weights; otherwise rank 0 writes full states (ZeRO-1 first consolidates the sharded
+optimizer state on rank 0).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,8 @@ from torch import nn
 
 from bertforge.disk import disk_write
 from bertforge.errors import BertforgeError
+from bertforge.locate import CHECKPOINT_MODEL, LEGACY_CHECKPOINT_WEIGHTS
+from bertforge.models.serialization import WEIGHTS_NAME, load_weights_into
 from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d{8})$")
@@ -86,10 +93,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# writes the model (wrapped as trained) as a model directory; called on every rank (under FSDP it gathers)
+ModelWriter = Callable[[nn.Module, Path], None]
+
+
 class CheckpointManager:
-    def __init__(self, run_dir: Path, env: DistEnv, keep_last: int) -> None:
+    def __init__(self, run_dir: Path, env: DistEnv, keep_last: int, write_model: ModelWriter | None = None) -> None:
         self.directory = run_dir / "checkpoints"
         self.env, self.keep_last = env, keep_last
+        self.write_model = write_model  # None: the model is saved as a plain state dict
 
     # --- discovery ------------------------------------------------------------------------------
 
@@ -164,6 +176,8 @@ class CheckpointManager:
             _fsync_tree(temporary)
 
     def _save_tensors(self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        if self.write_model is not None:
+            self.write_model(model, directory / CHECKPOINT_MODEL)
         if is_fsdp(model):
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -174,7 +188,8 @@ class CheckpointManager:
         if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO-1: gather the optimizer shards on rank 0
             optimizer.consolidate_state_dict(to=0)
         if self.env.is_main:
-            torch.save(unwrap(model).state_dict(), directory / "model.pt")
+            if self.write_model is None:
+                torch.save(unwrap(model).state_dict(), directory / LEGACY_CHECKPOINT_WEIGHTS)
             torch.save(optimizer.state_dict(), directory / "optimizer.pt")
 
     def _prune(self) -> None:
@@ -206,7 +221,7 @@ class CheckpointManager:
             dcp.load(target, checkpoint_id=str(path / "dcp"))
             set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
         else:
-            unwrap(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+            _load_model_weights(path, model)
             if optimizer is not None:
                 optimizer_state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
                 optimizer.load_state_dict(optimizer_state)
@@ -227,4 +242,13 @@ class CheckpointManager:
             dcp.load(target, checkpoint_id=str(path / "dcp"))
             set_model_state_dict(model, target["model"])
         else:
-            unwrap(model).load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+            _load_model_weights(path, model)
+
+
+def _load_model_weights(checkpoint: Path, model: nn.Module) -> None:
+    """The weights of a checkpoint's model directory, or of its plain state dict."""
+    if (checkpoint / CHECKPOINT_MODEL / WEIGHTS_NAME).is_file():
+        load_weights_into(unwrap(model), checkpoint / CHECKPOINT_MODEL)
+    else:
+        state = torch.load(checkpoint / LEGACY_CHECKPOINT_WEIGHTS, map_location="cpu", weights_only=True)
+        unwrap(model).load_state_dict(state)

@@ -123,7 +123,18 @@ class Task:
                 layers.extend(module)
         return layers
 
+    def save_model(self, model: nn.Module, directory: Path) -> None:
+        """Write `model` (unwrapped, unsharded) as a self-describing model directory, rank 0 only: each
+        checkpoint then holds one (`step-N/model/`) that every command can load as a model. A task
+        that does not override this keeps a plain state dict (`step-N/model.pt`) in its checkpoints."""
+        raise NotImplementedError
+
     def save_final(self, model: nn.Module, directory: Path) -> None:
         """Write the final model (rank 0 only); by default the raw state dict."""
         directory.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), directory / "model.pt")
+
+
+def saves_model_directories(task: Task) -> bool:
+    """Whether `task` writes its checkpoints' model as a model directory (`Task.save_model`)."""
+    return type(task).save_model is not Task.save_model

@@ -41,7 +41,7 @@ from bertforge.train.optim import (
 )
 from bertforge.train.precision import Precision, resolve_precision
 from bertforge.train.resume_config import check_resumed_config
-from bertforge.train.task import Batch, Task, TaskData
+from bertforge.train.task import Batch, Task, TaskData, saves_model_directories
 
 
 @dataclass
@@ -122,7 +122,9 @@ class Trainer:
         self.optimizer = self._build_optimizer(model)
         self.scaler = self.precision.grad_scaler(self.device)
         self.train_loader = self._train_loader()
-        self.checkpoints = CheckpointManager(self.run_dir, self.env, config.train.keep_last)
+        self._unsharded_copy: nn.Module | None = None
+        self.checkpoints = CheckpointManager(self.run_dir, self.env, config.train.keep_last,
+                                             self._write_model_directory if saves_model_directories(self.task) else None)
         self.metrics = MetricsLogger(self.run_dir, config, enabled=self.env.is_main)
 
     def _build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
@@ -454,13 +456,27 @@ class Trainer:
             log.info(f"reloaded the best checkpoint {best.name} ({self.config.train.best_metric} = {state.best_metric})")
         full_state = _full_state_dict(self.model)
         if self.env.is_main:
-            final_model = self.raw_model
-            if full_state is not None:  # FSDP: rebuild an unsharded copy on rank 0
-                final_model = self.task.build_model()
-                final_model.load_state_dict(full_state)
-            self.task.save_final(final_model, self.run_dir / "final")
+            self.task.save_final(self._unsharded(full_state), self.run_dir / "final")
             log.info(f"final model written to {self.run_dir / 'final'}")
         D.barrier(self.env)
+
+    def _write_model_directory(self, model: nn.Module, directory: Path) -> None:
+        """A checkpoint's model directory (`Task.save_model`); every rank calls it, rank 0 writes."""
+        full_state = _full_state_dict(model)
+        if self.env.is_main:
+            self.task.save_model(self._unsharded(full_state), directory)
+
+    def _unsharded(self, full_state: dict[str, torch.Tensor] | None) -> nn.Module:
+        """The model with every weight in place: itself, or under FSDP an unsharded copy on rank 0 holding
+        the gathered weights (built once; under `fork_rng`, so building it draws nothing from the
+        random streams that exact resume replays)."""
+        if full_state is None:
+            return self.raw_model
+        if self._unsharded_copy is None:
+            with torch.random.fork_rng(devices=[]):
+                self._unsharded_copy = self.task.build_model()
+        self._unsharded_copy.load_state_dict(full_state)
+        return self._unsharded_copy
 
     # --- signals --------------------------------------------------------------------------------
 
