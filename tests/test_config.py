@@ -90,3 +90,24 @@ def test_extends_cycle_is_reported(tmp_path: Path) -> None:
     write(tmp_path / "b.yaml", "extends: a.yaml\n")
     with pytest.raises(ConfigError, match="cycle"):
         load_config(tmp_path / "a.yaml")
+
+
+def test_a_run_saved_by_an_earlier_version_still_loads_and_resumes_while_a_user_config_is_told_what_changed(
+        tmp_path: Path) -> None:
+    import yaml
+
+    from bertforge.config import load_run_config
+    from bertforge.train.resume_config import check_resumed_config
+
+    # what an earlier bertforge saved in a run directory: data.packing and finetune.glue_* were in every config.yaml
+    tree = yaml.safe_load(config_to_yaml(load_config(None, ["glue.seeds=3"])))
+    tree["data"]["packing"] = True
+    tree["finetune"] |= {f"glue_{name}": value for name, value in tree.pop("glue").items()}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(tree), encoding="utf-8")
+    assert load_run_config(run_dir / "config.yaml").glue.seeds == 3
+    check_resumed_config(run_dir, load_config(None, ["glue.seeds=3"]), write=True)  # the same run: no change
+    assert not list(run_dir.glob("config-resume-*.yaml"))
+    with pytest.raises(ConfigError, match=r"`data.packing` in .* was removed \(.*\); delete it"):
+        load_config(run_dir / "config.yaml")

@@ -9,6 +9,7 @@ valid one.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -314,6 +315,10 @@ MOVED_KEYS = {
     "finetune.glue_seeds": "glue.seeds",
     "finetune.glue_from_mnli": "glue.from_mnli",
 }
+# keys that were removed, and why: an old config is told to delete them
+REMOVED_KEYS = {
+    "data.packing": "the loader only orders samples and the model's attention packs the rows, always",
+}
 
 
 def all_keys(cls: type = Config, prefix: str = "") -> list[str]:
@@ -368,6 +373,8 @@ def _friendly(error: OmegaConfBaseException, source: str, layer: Any = None) -> 
         moved = _moved_to(key)
         if moved:
             return ConfigError(f"config key `{key}` in {source} has moved to `{moved}`; use that key instead")
+        if key in REMOVED_KEYS:
+            return ConfigError(f"config key `{key}` in {source} was removed ({REMOVED_KEYS[key]}); delete it")
         suggestion = _closest_key(key)
         hint = f" — did you mean `{suggestion}`?" if suggestion else " — run with --print-config to see all keys"
         return ConfigError(f"unknown key `{key}` in {source}{hint}")
@@ -440,6 +447,41 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
         raise _friendly(error, str(path) if path else "overrides") from None
+    assert isinstance(config, Config)
+    return config
+
+
+def upgrade_saved_tree(tree: dict[str, Any]) -> dict[str, Any]:
+    """A config tree as an earlier bertforge saved it, with moved keys under their new names and removed
+    keys dropped: what a run directory's `config.yaml` means to this version."""
+    upgraded = copy.deepcopy(tree)
+    for old, new in MOVED_KEYS.items():
+        value = _pop_dotted(upgraded, old)
+        if value is not _ABSENT:
+            section, _, name = new.rpartition(".")
+            upgraded.setdefault(section, {})[name] = value
+    for key in REMOVED_KEYS:
+        _pop_dotted(upgraded, key)
+    return upgraded
+
+
+_ABSENT = object()
+
+
+def _pop_dotted(tree: dict[str, Any], key: str) -> Any:
+    *sections, name = key.split(".")
+    for section in sections:
+        tree = tree.get(section) if isinstance(tree, dict) else None  # type: ignore[assignment]
+    return tree.pop(name, _ABSENT) if isinstance(tree, dict) else _ABSENT
+
+
+def load_run_config(path: str | Path) -> Config:
+    """A run directory's saved `config.yaml`, also one written by an earlier bertforge (`upgrade_saved_tree`)."""
+    merged = _merge(OmegaConf.structured(Config), upgrade_saved_tree(_read_yaml(Path(path))), str(path))
+    try:
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise _friendly(error, str(path)) from None
     assert isinstance(config, Config)
     return config
 

@@ -102,9 +102,9 @@ def load_model(reference: str | Path) -> LoadedModel:
     limit = model.config.max_position_embeddings if model.config.position == "learned" else DEFAULT_MAX_LENGTH
     max_length = min(DEFAULT_MAX_LENGTH, limit)
     if location.run_dir is not None:
-        from bertforge.config import load_config
+        from bertforge.config import load_run_config
 
-        max_length = min(load_config(location.run_dir / "config.yaml").finetune.max_length, limit)
+        max_length = min(load_run_config(location.run_dir / "config.yaml").finetune.max_length, limit)
     return LoadedModel(model, location, tokenizer_dir_for(location), max_length)
 
 

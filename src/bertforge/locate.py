@@ -132,9 +132,9 @@ def has_tokenizer(directory: Path) -> bool:
 
 def tokenizer_dir_of_run(run_dir: Path) -> Path | None:
     """The tokenizer a run used: `model.tokenizer`, its final/, its prepared data's copy, or its init_from's."""
-    from bertforge.config import load_config
+    from bertforge.config import load_run_config
 
-    config = load_config(run_dir / RUN_CONFIG)
+    config = load_run_config(run_dir / RUN_CONFIG)
     candidates: list[Path] = []
     if config.model.tokenizer:
         candidates.append(resolve_model_path(config.model.tokenizer))

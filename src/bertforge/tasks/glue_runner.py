@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertforge.config import Config, config_to_yaml, load_config
+from bertforge.config import Config, config_to_yaml, load_config, load_run_config
 from bertforge.console import log
 from bertforge.errors import BertforgeError, ConfigError, user_message
 from bertforge.processes import kill_with_parent_preexec
@@ -142,7 +142,7 @@ def run_job(spec_path: Path) -> int:
 
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
     torch.set_num_threads(int(spec["threads"]))
-    config = load_config(spec_path.parent / "job_config.yaml")
+    config = load_run_config(spec_path.parent / "job_config.yaml")
     task = get_glue_task(spec["task"])
     train = read_glue_split(task, spec["data_dir"], "train")
     evaluations = {split: read_glue_split(task, spec["data_dir"], split) for split in task.eval_splits}

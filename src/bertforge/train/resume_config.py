@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from bertforge.config import Config, config_to_yaml
+from bertforge.config import Config, config_to_yaml, upgrade_saved_tree
 from bertforge.console import log
 from bertforge.errors import ConfigError
 
@@ -27,7 +27,7 @@ MAY_CHANGE = ("run.resume", "run.device", "run.output_dir", "optim.lr", "optim.c
               "train.early_stopping_patience", "train.nan_policy", "train.best_metric", "train.best_mode",
               "data.num_workers", "data.validation_samples", "data.verify_checksums", "data.cache_dir",
               "finetune.validation_file", "finetune.test_file", "dist.activation_checkpointing", "dist.compile",
-              "log.")
+              "log.", "glue.")  # glue.* chooses the jobs of `bertforge glue`, not how one of them trains
 SHOWN_CHANGES = 6
 
 
@@ -62,7 +62,7 @@ def check_resumed_config(run_dir: Path, config: Config, *, write: bool) -> None:
                                                  key=lambda p: int(p.stem.rsplit("-", 1)[1]))]
     if not segments[0].is_file():
         return
-    saved = flatten(yaml.safe_load(segments[-1].read_text(encoding="utf-8")) or {})
+    saved = flatten(upgrade_saved_tree(yaml.safe_load(segments[-1].read_text(encoding="utf-8")) or {}))
     current = flatten(OmegaConf.to_container(OmegaConf.structured(config)))
     changes = {key: values for key, values in config_changes(saved, current).items() if key != "run.resume"}
     if not changes:
