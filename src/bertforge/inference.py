@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.batch import model_inputs
 from bertforge.console import log
 from bertforge.data.labeled import (
     Columns,
@@ -42,7 +43,6 @@ from bertforge.tasks.metrics import (
 )
 from bertforge.train.loading import iterate_once
 
-MODEL_INPUT_KEYS = ("input_ids", "cu_seqlens", "max_seqlen", "position_ids", "token_type_ids")
 DEFAULT_MAX_LENGTH = 512
 DEFAULT_BATCH_SIZE = 64
 
@@ -110,11 +110,6 @@ def load_model(reference: str | Path) -> LoadedModel:
 
 # ---------------------------------------------------------------------------------------------
 # running the model
-
-
-def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
-    """The encoder's fields of an unpadded batch (labels and bookkeeping left out)."""
-    return {key: batch[key] for key in MODEL_INPUT_KEYS}
 
 
 def batches_of(dataset: LabeledDataset, batch_size: int) -> Iterable[dict[str, Any]]:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from bertforge.batch import padded_grid, unpadded_inputs
 from bertforge.data.masking import Masker, MaskingSettings
 from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
@@ -114,21 +115,13 @@ class PretrainingBatches(Dataset):
 
 def _unpadded(input_ids: np.ndarray, lengths: np.ndarray, pairs: np.ndarray | None, masked_positions: np.ndarray,
               masked_labels: np.ndarray) -> dict[str, Any]:
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    position_ids = np.arange(len(input_ids)) - np.repeat(starts[:-1], lengths)
-    token_type_ids = np.zeros(len(input_ids), dtype=np.int64)
-    batch: dict[str, Any] = {
-        "input_ids": input_ids,
-        "cu_seqlens": starts.astype(np.int32),
-        "max_seqlen": int(lengths.max()) if len(lengths) else 0,
-        "position_ids": position_ids,
-        "token_type_ids": token_type_ids,
+    batch = unpadded_inputs(input_ids, np.zeros(len(input_ids), dtype=np.int64), lengths) | {
         "masked_positions": masked_positions.astype(np.int64),
         "masked_labels": masked_labels.astype(np.int64),
         "num_samples": len(lengths),
     }
     if pairs is not None:
-        token_type_ids[position_ids >= np.repeat(pairs[:, 0], lengths)] = 1
+        batch["token_type_ids"][batch["position_ids"] >= np.repeat(pairs[:, 0], lengths)] = 1
         batch["next_sentence_label"] = pairs[:, 1].astype(np.int64)
     return batch
 
@@ -137,9 +130,7 @@ def _padded(input_ids: np.ndarray, lengths: np.ndarray, pairs: np.ndarray | None
             masked_labels: np.ndarray, pad_id: int) -> dict[str, Any]:
     rows = len(lengths)
     width = int(math.ceil(int(lengths.max()) / PAD_TO_MULTIPLE) * PAD_TO_MULTIPLE) if rows else 0
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    row_of_token = np.repeat(np.arange(rows), lengths)
-    column_of_token = np.arange(len(input_ids)) - starts[row_of_token]
+    row_of_token, column_of_token = padded_grid(lengths)
     ids = np.full((rows, width), pad_id, dtype=np.int64)
     ids[row_of_token, column_of_token] = input_ids
     attention_mask = np.zeros((rows, width), dtype=np.int64)

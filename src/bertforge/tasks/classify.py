@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bertforge.batch import model_inputs
 from bertforge.config import Config
 from bertforge.console import console, log
 from bertforge.data.labeled import (
@@ -36,7 +37,6 @@ from bertforge.inference import (
     classification_loss,
     evaluate_dataset,
     metrics_line,
-    model_inputs,
     outputs_of,
     write_evaluation,
 )

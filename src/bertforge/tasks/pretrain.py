@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bertforge.batch import model_inputs
 from bertforge.console import log
 from bertforge.data.loader import PretrainingLoader, build_eval_loader
 from bertforge.data.masking import MaskingSettings
@@ -23,8 +24,7 @@ from bertforge.errors import ConfigError, DataError
 from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task
 from bertforge.train.task import Batch, Task, TaskData
 
-MODEL_INPUTS = ("input_ids", "cu_seqlens", "max_seqlen", "position_ids", "token_type_ids", "masked_positions",
-                "masked_labels", "next_sentence_label")
+MLM_TARGETS = ("masked_positions", "masked_labels", "next_sentence_label")  # what the heads score
 
 
 class PretrainTask(Task):
@@ -102,7 +102,7 @@ class PretrainTask(Task):
         return units
 
     def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
-        output = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
+        output = model(**model_inputs(batch, MLM_TARGETS))
         totals = batch["global_loss_units"]
         loss = output.mlm_loss_sum / totals["masked_tokens"]
         metrics = {"mlm_accuracy": float(output.mlm_correct) / max(output.num_masked, 1)}
@@ -119,7 +119,7 @@ class PretrainTask(Task):
         batches = batches if isinstance(batches, list) else list(batches)
         mlm_loss = mlm_correct = masked = nsp_loss = nsp_correct = sequences = 0.0
         for batch in batches:
-            output = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch})
+            output = model(**model_inputs(batch, MLM_TARGETS))
             mlm_loss += float(output.mlm_loss_sum)
             mlm_correct += float(output.mlm_correct)
             masked += output.num_masked
