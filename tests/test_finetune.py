@@ -91,18 +91,21 @@ def test_minilm_fine_tuned_for_a_few_steps_with_a_label_map_beats_the_majority_c
     label_map = "{" + ", ".join(f'"{name}": {name.split(".")[0]}' for name in supersense_labels()) + "}"
     files = [f for f in supersense_files(data_dir, train=256, validation=64, test=128) if "labels=" not in f]
     run_dir = tmp_path / "minilm"
-    # 32 steps: at 16 the margin hung on the classifier's initial draw (seeds 1, 2, 3: accuracy 0.641, 0.727,
-    # 0.766 against a majority class of 0.695); at 32 they reach 0.805, 0.789, 0.859
-    finetune(run_dir, "model.init_from=all-MiniLM-L6-v2", *files, f"finetune.label_map={label_map}",
-             "finetune.max_length=48", "optim.lr=5e-4", "train.micro_batch_size=16", "train.global_batch_size=16",
-             "train.max_steps=32", "train.best_metric=accuracy")
+    # MiniLM was trained on mean-pooled tokens (the warning says so): with BERT's untrained pooler this
+    # short run's result hung on the classifier's draw (32 steps, seeds 42, 1, 2, 3: 0.695 = the majority
+    # class, 0.805, 0.789, 0.859); with mean pooling seeds 42 and 1 reach 0.953 and 0.906
+    finetune(run_dir, "model.init_from=all-MiniLM-L6-v2", "model.pooling=mean", *files,
+             f"finetune.label_map={label_map}", "finetune.max_length=48", "optim.lr=5e-4", "train.micro_batch_size=16",
+             "train.global_batch_size=16", "train.max_steps=32", "train.best_metric=accuracy")
     results = json.loads((run_dir / "test_results.json").read_text())
     assert results["label_names"] == ["adj", "adv", "noun", "verb"]
     majority = max(report["support"] for report in results["per_class"]) / results["metrics"]["examples"]
     assert results["metrics"]["accuracy"] > majority + 0.05 and results["metrics"]["matthews"] > 0.3
-    config = json.loads((run_dir / "final" / "config.json").read_text())
-    assert (config["hidden_size"], config["num_hidden_layers"]) == (384, 6)
-    assert config["id2label"] == {"0": "adj", "1": "adv", "2": "noun", "3": "verb"}
+    # no stock transformers class pools a BERT by the mean: final/ is in bertforge's format
+    description = json.loads((run_dir / "final" / "bertforge_model.json").read_text())
+    encoder = description["encoder_config"]
+    assert (encoder["hidden_size"], encoder["num_layers"], encoder["pooling"]) == (384, 6, "mean")
+    assert description["head_arguments"]["label_names"] == ["adj", "adv", "noun", "verb"]
 
 
 def test_early_stopping_ends_the_run_and_reloads_the_best_checkpoint(tmp_path: Path, data_dir: Path) -> None:

@@ -124,6 +124,9 @@ def test_finetune_starts_from_a_checkpoint_a_run_and_the_packaged_model_name(cla
     result = finetune(tmp_path / "from-minilm", *files, "model.init_from=all-MiniLM-L6-v2", "finetune.max_length=32",
                       "train.max_steps=1", "train.micro_batch_size=16", "train.global_batch_size=16")
     assert result.state.step == 1
+    config = json.loads((tmp_path / "from-minilm" / "final" / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and len(config["id2label"]) == 45
+    assert (config["hidden_size"], config["num_hidden_layers"]) == (384, 6)
 
 
 def test_pretraining_continues_from_minilm_then_from_its_run_and_its_checkpoint(
