@@ -117,7 +117,7 @@ def prepare_with_reference(python: str, writer: str, corpus: Path, tokenizer: Pa
 
 
 def loader_samples_per_second(data: Path, workers: int, batches: int) -> float:
-    from bertforge.data.loader import PretrainingLoader
+    from bertforge.data.pretraining_loader import PretrainingLoader
     from bertforge.data.sampler import BatchGeometry
     from bertforge.data.shards import PretokenizedDataset
 

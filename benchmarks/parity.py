@@ -235,7 +235,7 @@ def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: P
     from bertforge.data.labeled import LabeledDataset, LabeledSplit, collate_unpadded
     from bertforge.inference import outputs_of
     from bertforge.tasks.classify import ClassificationTask
-    from bertforge.train.loading import iterate_once
+    from bertforge.train.map_style import iterate_once
     from bertforge.train.trainer import Trainer
 
     config_file = workdir / "finetune.yaml"

@@ -394,8 +394,8 @@ def run_arm(spec_path: Path) -> None:
 
 def packed_validation_batches(data_dir: Path, seed: int) -> list[dict[str, Any]]:
     """bertforge's validation split as padded HF batches with fixed masks (labels -100 elsewhere)."""
-    from bertforge.data.loader import build_eval_loader
     from bertforge.data.masking import MaskingSettings
+    from bertforge.data.pretraining_loader import build_eval_loader
     from bertforge.data.shards import PretokenizedDataset
 
     validation = PretokenizedDataset(data_dir, "validation")

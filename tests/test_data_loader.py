@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from bertforge.data.bundled import corpus_path
-from bertforge.data.loader import PretrainingLoader, TrainSampler, build_eval_loader
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
+from bertforge.data.pretraining_loader import PretrainingLoader, TrainSampler, build_eval_loader
 from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import train_tokenizer_from_inputs

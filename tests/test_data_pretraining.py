@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from bertforge.data.bundled import corpus_path
-from bertforge.data.pretraining import SampleSettings, build_samples
+from bertforge.data.pretraining_samples import SampleSettings, build_samples
 from bertforge.data.sentences import (
     TokenizedDocuments,
     WordCache,

@@ -41,7 +41,7 @@ from bertforge.tasks.metrics import (
     per_class_report,
     save_confusion_matrix_png,
 )
-from bertforge.train.loading import iterate_once
+from bertforge.train.map_style import iterate_once
 
 DEFAULT_MAX_LENGTH = 512
 DEFAULT_BATCH_SIZE = 64

@@ -8,7 +8,7 @@ Two parallel stages, both deterministic whatever the number of worker processes:
    so memory does not grow with the corpus.
 2. *build samples*: once the number of documents is known, documents are split into train /
    validation / test by contiguous ranges (Megatron's `--split 980,20` semantics); each
-   (chunk, split) piece becomes one shard of samples (`bertforge.data.pretraining`).
+   (chunk, split) piece becomes one shard of samples (`bertforge.data.pretraining_samples`).
 
 Resumable and safe: the output is keyed by a content hash of the inputs, the tokenizer and the
 settings. Staged chunks and finished shards of an interrupted run with the same key are reused;
@@ -38,7 +38,7 @@ import numpy as np
 
 from bertforge import __version__
 from bertforge.console import console, log, progress_enabled
-from bertforge.data.pretraining import SampleSettings, build_samples
+from bertforge.data.pretraining_samples import SampleSettings, build_samples
 from bertforge.data.sentences import TokenizedDocuments, WordCache, tokenize_documents, word_cache_applies
 from bertforge.data.shards import (
     FORMAT_NAME,

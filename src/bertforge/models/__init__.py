@@ -5,8 +5,8 @@ from __future__ import annotations
 from bertforge.models.classification import BertforgeForSequenceClassification, SequenceClassifierOutput
 from bertforge.models.config import EncoderConfig, encoder_config_from_section, get_preset, preset_names
 from bertforge.models.encoder import BertforgeModel, PackedInputs, pack_inputs, pad_tokens, unpad_inputs
+from bertforge.models.for_pretraining import BertforgeForPreTraining, PreTrainingOutput
 from bertforge.models.init import init_weights
-from bertforge.models.pretraining import BertforgeForPreTraining, PreTrainingOutput
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model, save_bertforge_model
 
 # These need `transformers` (about a second to import): loaded on first use only.

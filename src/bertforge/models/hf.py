@@ -26,7 +26,7 @@ from bertforge.errors import BertforgeError
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
 from bertforge.models.encoder import BertforgeModel
-from bertforge.models.pretraining import BertforgeForPreTraining
+from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.serialization import (
     copy_tokenizer_files,
     save_bertforge_model,

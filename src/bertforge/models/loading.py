@@ -19,9 +19,9 @@ from bertforge.locate import resolve_model
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
 from bertforge.models.encoder import BertforgeModel
+from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.heads import Pooler
 from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
-from bertforge.models.pretraining import BertforgeForPreTraining
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model
 
 TASKS = ("base", "pretraining", "classification")

@@ -15,8 +15,8 @@ from torch import nn
 
 from bertforge.batch import model_inputs
 from bertforge.console import log
-from bertforge.data.loader import PretrainingLoader, build_eval_loader
 from bertforge.data.masking import MaskingSettings
+from bertforge.data.pretraining_loader import PretrainingLoader, build_eval_loader
 from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer

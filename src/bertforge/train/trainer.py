@@ -30,8 +30,8 @@ from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
 from bertforge.train import distributed as D
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
-from bertforge.train.loading import MapStyleLoader, iterate_once
 from bertforge.train.logging import MetricsLogger, TrainingProgress
+from bertforge.train.map_style import MapStyleLoader, iterate_once
 from bertforge.train.optim import (
     build_optimizer,
     default_parameter_groups,
