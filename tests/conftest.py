@@ -1,4 +1,8 @@
-"""Under `make test` a test may not skip for want of a package that `make test` installs.
+"""Shared fixtures (a corpus slice and its tokenizer, a tiny fine-tuned classifier run), and the rule
+that under `make test` a test may not skip for want of a package that `make test` installs.
+
+Helpers that are not fixtures live in `tests/helpers/` and are imported as `helpers.<module>`:
+pytest puts `tests/` on the import path (it has no `__init__.py`), so no test edits `sys.path`.
 
 `pytest.importorskip` keeps the suite usable in a bare checkout, but a skipped fine-tuning or ONNX
 test must not pass for a green run where those packages are supposed to be present. The Makefile
@@ -7,8 +11,10 @@ sets BERTFORGE_STRICT_TESTS=1; then such a skip is reported as a failure.
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +33,38 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} skipped ({reason}) although `make test` installs {missing[0]}: "
                            "the environment is broken; re-run `make install-dev`")
+
+
+@pytest.fixture(scope="session")
+def corpus_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled corpus's first 120 documents (KJV chapters) and last 180 (WordNet glosses), as a .txt file."""
+    from bertforge.data.bundled import corpus_path
+
+    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
+        documents = f.read().rstrip("\n").split("\n\n")
+    path = tmp_path_factory.mktemp("corpus") / "slice.txt"
+    path.write_text("\n\n".join(documents[:120] + documents[-180:]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A WordPiece tokenizer (vocabulary 2,000) trained on `corpus_slice`."""
+    from bertforge.data.tokenizer import train_tokenizer_from_inputs
+
+    out = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer_from_inputs([str(corpus_slice)], out, vocab_size=2000)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny classifier fine-tuned 4 steps on 64 supersense glosses (MiniLM's tokenizer), checkpoints at 2
+    and 4; its data beside it in `../data/` (`supersense-test-16.jsonl`, ...). Tests copy it before changing it."""
+    from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files
+
+    run_dir = tmp_path_factory.mktemp("runs") / "classifier"
+    finetune(run_dir, *TINY_MODEL, *supersense_files(run_dir.parent / "data", train=64, validation=16, test=16),
+             f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=4",
+             "train.checkpoint_every=2", "train.micro_batch_size=16", "train.global_batch_size=16")
+    return run_dir

@@ -20,26 +20,10 @@ import pytest
 from bertforge.data.bundled import corpus_path
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data, split_boundaries
 from bertforge.data.shards import FORMAT_VERSION, PretokenizedDataset
-from bertforge.data.tokenizer import load_tokenizer, train_tokenizer_from_inputs
+from bertforge.data.tokenizer import load_tokenizer
 from bertforge.errors import DataError
 
 SMALL_CHUNKS = PrepareSettings(chunk_bytes=64 << 10)
-
-
-@pytest.fixture(scope="module")
-def corpus_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
-        documents = f.read().rstrip("\n").split("\n\n")
-    path = tmp_path_factory.mktemp("corpus") / "slice.txt"
-    path.write_text("\n\n".join(documents[:120] + documents[-180:]) + "\n", encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer_from_inputs([str(corpus_slice)], out, vocab_size=2000)
-    return out
 
 
 @pytest.fixture(scope="module")

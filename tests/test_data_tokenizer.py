@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
 from bertforge.cli import main
-from bertforge.data.bundled import corpus_path
 from bertforge.data.tokenizer import (
     SPECIAL_TOKENS,
     load_tokenizer,
@@ -18,22 +16,6 @@ from bertforge.data.tokenizer import (
     train_wordpiece,
 )
 from bertforge.errors import DataError
-
-
-@pytest.fixture(scope="module")
-def corpus_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
-        documents = f.read().rstrip("\n").split("\n\n")
-    path = tmp_path_factory.mktemp("corpus") / "slice.txt"
-    path.write_text("\n\n".join(documents[:150] + documents[-150:]) + "\n", encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer_from_inputs([str(corpus_slice)], out, vocab_size=2000)
-    return out
 
 
 def test_trained_tokenizer_has_hf_files_bert_specials_and_a_vocab_that_is_a_multiple_of_64(tokenizer_dir: Path) -> None:

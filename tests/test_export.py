@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import transformers
+from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files  # noqa: E402
-
-from bertforge.cli import main  # noqa: E402
-from bertforge.data.labeled import LabeledDataset, LabeledSplit, collate_padded  # noqa: E402
-from bertforge.errors import BertforgeError  # noqa: E402
-from bertforge.export import export_model  # noqa: E402
-from bertforge.inference import load_model, prediction_rows  # noqa: E402
-from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model  # noqa: E402
+from bertforge.cli import main
+from bertforge.data.labeled import LabeledDataset, collate_padded
+from bertforge.data.labels import LabeledSplit
+from bertforge.errors import BertforgeError
+from bertforge.export import export_model
+from bertforge.inference import load_model, prediction_rows
+from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -217,8 +217,9 @@ def test_kill_9_of_prepare_leaves_no_tokenizer_worker(tmp_path: Path) -> None:
 
 
 def small_run(run_dir: Path, max_steps: int):  # type: ignore[no-untyped-def]
+    from helpers.trainer_tasks import SmallWithDropout
+
     from bertforge.train.trainer import Trainer
-    from tests.helpers.trainer_tasks import SmallWithDropout
 
     config = load_config(None, ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_size=32",
                                 f"train.max_steps={max_steps}", "train.checkpoint_every=2", "train.keep_last=5",
@@ -238,7 +239,6 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one_with_a_warni
         tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
     import torch
 
-    sys.path.insert(0, str(ROOT))
     small_run(tmp_path / "uninterrupted", 6)
     run_dir = tmp_path / "damaged"
     small_run(run_dir, 6)  # checkpoints at steps 2, 4 and 6
@@ -260,7 +260,6 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one_with_a_warni
 def test_when_no_checkpoint_can_be_read_the_error_names_them_and_what_to_do(tmp_path: Path) -> None:
     from bertforge.errors import BertforgeError
 
-    sys.path.insert(0, str(ROOT))
     run_dir = tmp_path / "run"
     small_run(run_dir, 2)
     (run_dir / "checkpoints" / "step-00000002" / "model.pt").write_bytes(b"not a checkpoint")
@@ -273,11 +272,11 @@ def test_when_no_checkpoint_can_be_read_the_error_names_them_and_what_to_do(tmp_
 
 def test_resuming_with_a_changed_batch_size_is_refused_unless_forced_and_every_segment_is_kept(
         tmp_path: Path) -> None:
+    from helpers.trainer_tasks import SmallWithDropout
+
     from bertforge.errors import ConfigError
     from bertforge.train.trainer import Trainer
-    from tests.helpers.trainer_tasks import SmallWithDropout
 
-    sys.path.insert(0, str(ROOT))
     run_dir = tmp_path / "run"
 
     def run(*overrides: str):  # type: ignore[no-untyped-def]
@@ -336,7 +335,7 @@ def test_a_truncated_gzip_labeled_file_is_a_data_error_naming_it(tmp_path: Path)
     import gzip
     import json
 
-    from bertforge.data.labeled import read_labeled_split
+    from bertforge.data.labels import read_labeled_split
     from bertforge.errors import DataError
 
     rows = "".join(json.dumps({"text": f"gloss {i}", "label": "a" if i % 2 else "b"}) + "\n" for i in range(5000))
@@ -350,31 +349,20 @@ def test_a_truncated_gzip_labeled_file_is_a_data_error_naming_it(tmp_path: Path)
 # --- output paths of the wrong kind -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files
-
-    run_dir = tmp_path_factory.mktemp("runs") / "classifier"
-    finetune(run_dir, *TINY_MODEL, *supersense_files(run_dir.parent / "data", train=64, validation=16, test=16),
-             f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=2")
-    return run_dir
-
-
 def test_outputs_of_the_wrong_kind_are_one_line_errors_before_any_work(
-        classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tiny_classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from bertforge.cli import main
 
     a_file, a_directory = tmp_path / "taken.txt", tmp_path / "taken"
     a_file.write_text("mine\n", encoding="utf-8")
     a_directory.mkdir()
-    data = str(classifier.parent / "data" / "supersense-test-16.jsonl")
+    data = str(tiny_classifier.parent / "data" / "supersense-test-16.jsonl")
     cases = {
-        "predict --out DIR": (["predict", str(classifier), "--input", data, "--out", str(a_directory)],
+        "predict --out DIR": (["predict", str(tiny_classifier), "--input", data, "--out", str(a_directory)],
                               "is a directory; give a file path"),
-        "predict --out under a file": (["predict", str(classifier), "--input", data, "--out",
+        "predict --out under a file": (["predict", str(tiny_classifier), "--input", data, "--out",
                                         str(a_file / "preds.jsonl")], "is a file, not a directory"),
-        "evaluate --out-dir FILE": (["evaluate", str(classifier), "--data", data, "--out-dir", str(a_file)],
+        "evaluate --out-dir FILE": (["evaluate", str(tiny_classifier), "--data", data, "--out-dir", str(a_file)],
                                     "is a file; give a directory"),
         "tokenizer --out FILE": (["tokenizer", "train", "--input", data, "--vocab-size", "300", "--out", str(a_file)],
                                  "is a file; give a directory"),
@@ -390,14 +378,14 @@ def test_outputs_of_the_wrong_kind_are_one_line_errors_before_any_work(
 
 
 def test_predict_and_evaluate_name_their_own_flags_for_a_missing_column(
-        classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tiny_classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from bertforge.cli import main
 
     data = tmp_path / "reviews.csv"
     data.write_text("review,stars\ngreat,5\nawful,1\n", encoding="utf-8")
-    for argv, flag in ((["predict", str(classifier), "--input", str(data), "--out", str(tmp_path / "p.jsonl")],
+    for argv, flag in ((["predict", str(tiny_classifier), "--input", str(data), "--out", str(tmp_path / "p.jsonl")],
                         "--text-column"),
-                       (["evaluate", str(classifier), "--data", str(data), "--text-column", "review"],
+                       (["evaluate", str(tiny_classifier), "--data", str(data), "--text-column", "review"],
                         "--label-column")):
         capsys.readouterr()
         assert main(argv) == 2
@@ -449,10 +437,10 @@ def test_a_refused_checkpoint_write_is_one_line_and_leaves_no_half_checkpoint(tm
     assert again.returncode == 0, again.stderr
 
 
-def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was(classifier: Path,
+def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was(tiny_classifier: Path,
                                                                                 tmp_path: Path) -> None:
     out = tmp_path / "exported"
-    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "export", str(classifier), "--out", str(out)],
+    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "export", str(tiny_classifier), "--out", str(out)],
                                cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
                                preexec_fn=with_file_size_limit(64 << 10))
     assert completed.returncode == 2, completed.stderr
@@ -464,17 +452,17 @@ def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was
 
 
 def test_a_truncated_model_file_is_a_one_line_error_for_every_command_that_loads_it(
-        classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tiny_classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from bertforge.cli import main
 
     model = tmp_path / "model"
-    shutil.copytree(classifier / "final", model)
-    shutil.copytree(classifier, tmp_path / "run")  # a checkpoint is read with its run's config
+    shutil.copytree(tiny_classifier / "final", model)
+    shutil.copytree(tiny_classifier, tmp_path / "run")  # a checkpoint is read with its run's config
     checkpoint = tmp_path / "run" / "checkpoints" / "step-00000002"
     for directory, weights in ((model, "model.safetensors"), (checkpoint / "model", "model.safetensors")):
         data = (directory / weights).read_bytes()
         (directory / weights).write_bytes(data[: len(data) // 2])
-    data = str(classifier.parent / "data" / "supersense-test-16.jsonl")
+    data = str(tiny_classifier.parent / "data" / "supersense-test-16.jsonl")
     for argv in (["predict", str(model), "--input", data, "--out", str(tmp_path / "p.jsonl")],
                  ["evaluate", str(model), "--data", data],
                  ["export", str(model), "--out", str(tmp_path / "exported")],

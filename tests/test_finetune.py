@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from glue_layout import build_glue_layout
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.finetuning import (  # noqa: E402
+from helpers.finetuning import (
     TINY_MODEL,
     finetune,
     metrics_records,
@@ -22,9 +19,9 @@ from helpers.finetuning import (  # noqa: E402
     supersense_files,
 )
 
-from bertforge.data.bundled import supersense_labels  # noqa: E402
-from bertforge.inference import evaluate_file, load_model, prediction_rows, read_inputs  # noqa: E402
-from bertforge.tasks.classify import ClassificationTask  # noqa: E402
+from bertforge.data.bundled import supersense_labels
+from bertforge.inference import evaluate_file, load_model, prediction_rows, read_inputs
+from bertforge.tasks.classify import ClassificationTask
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 from glue_layout import build_glue_layout
+from helpers.finetuning import minilm_dir, run_cli
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.finetuning import minilm_dir, run_cli  # noqa: E402
-
-from bertforge.config import load_config  # noqa: E402
-from bertforge.errors import BertforgeError, ConfigError, DataError  # noqa: E402
-from bertforge.tasks.glue_runner import job_config, mnli_model, plan_jobs, run_glue  # noqa: E402
-from bertforge.tasks.glue_tasks import GLUE_TASKS  # noqa: E402
+from bertforge.config import load_config
+from bertforge.errors import BertforgeError, ConfigError, DataError
+from bertforge.tasks.glue_runner import job_config, mnli_model, plan_jobs, run_glue
+from bertforge.tasks.glue_tasks import GLUE_TASKS
 
 
 def glue_config(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]

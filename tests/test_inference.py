@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
 from glue_layout import build_glue_layout
+from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, run_cli, supersense_files
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, run_cli, supersense_files  # noqa: E402
-
-from bertforge.cli import main  # noqa: E402
-from bertforge.errors import BertforgeError  # noqa: E402
-from bertforge.inference import fill_mask, load_model, prediction_rows, read_inputs  # noqa: E402
-from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model  # noqa: E402
-from bertforge.models.hf import export_hf  # noqa: E402
+from bertforge.cli import main
+from bertforge.errors import BertforgeError
+from bertforge.inference import fill_mask, load_model, prediction_rows, read_inputs
+from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
+from bertforge.models.hf import export_hf
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

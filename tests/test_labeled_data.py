@@ -14,15 +14,8 @@ import torch
 
 from bertforge.config import FinetuneSection
 from bertforge.data.bundled import supersense_labels, supersense_path
-from bertforge.data.labeled import (
-    Columns,
-    LabeledDataset,
-    LabeledSplit,
-    collate_padded,
-    collate_unpadded,
-    load_labeled_data,
-    read_labeled_split,
-)
+from bertforge.data.labeled import LabeledDataset, collate_padded, collate_unpadded
+from bertforge.data.labels import Columns, LabeledSplit, load_labeled_data, read_labeled_split
 from bertforge.errors import ConfigError, DataError
 
 
@@ -379,3 +372,18 @@ def test_prediction_input_is_read_without_labels(tmp_path: Path, tokenizer_dir: 
     assert split.labels is None
     batch = collate_unpadded([LabeledDataset(split, tokenizer_dir, max_length=16)[i] for i in range(2)])
     assert "labels" not in batch and batch["num_samples"] == 2
+
+
+def test_labeled_rows_and_pretraining_inputs_read_hf_references_with_one_parser() -> None:
+    from bertforge.data.records import parse_hub_reference
+    from bertforge.data.sources import resolve_inputs
+
+    assert parse_hub_reference("hf:glue:sst2@validation") == ("glue", "sst2", "validation")
+    assert parse_hub_reference("hf:glue:sst2") == ("glue", "sst2", "train")
+    # a local dataset repository may have ':' in its path; the split follows the last '@'
+    assert parse_hub_reference("hf:./repos/my:data@test") == ("./repos/my:data", None, "test")
+    assert parse_hub_reference("hf:~/a@b@c") == ("~/a@b", None, "c")
+    with pytest.raises(DataError, match=r"'hf:@test' names no dataset; use hf:NAME\[:CONFIG\]\[@SPLIT\]"):
+        parse_hub_reference("hf:@test")
+    (source,) = resolve_inputs(["hf:./repos/my:data@test"])
+    assert (source.url, source.hub_config, source.hub_split) == ("./repos/my:data", None, "test")

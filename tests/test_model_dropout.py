@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.models import VARIANTS, packed_batch, tiny_config
 
 from bertforge.models import BertforgeModel
 from bertforge.models.attention import PackedAttention, attention_with_dropout
 from bertforge.models.dropout import Dropout, cpu_keep_mask, dropout, keep_scale
-from tests.test_model_packing import VARIANTS, packed_batch, tiny_config
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

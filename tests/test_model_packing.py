@@ -4,33 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.models import VARIANTS, packed_batch, tiny_config
 
-from bertforge.models import BertforgeModel, EncoderConfig, pack_inputs, pad_tokens, unpad_inputs
+from bertforge.models import BertforgeModel, pack_inputs, pad_tokens, unpad_inputs
 from bertforge.models.alibi import alibi_slopes
 from bertforge.models.attention import PackedAttention, eager_attention, place_in_rows
-
-VARIANTS = {
-    "classic": dict(),
-    "alibi-geglu": dict(position="alibi", mlp="geglu"),
-    "modern-local": dict(position="rope", mlp="geglu", norm="pre", bias=False, type_vocab_size=0,
-                         local_attention_window=6, global_every_n=2),
-    "alibi-local": dict(position="alibi", local_attention_window=4, global_every_n=3),
-}
-
-
-def tiny_config(**switches: object) -> EncoderConfig:
-    values: dict[str, object] = dict(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
-                                     max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0,
-                                     initializer_range=0.2)
-    values.update(switches)
-    return EncoderConfig(**values)  # type: ignore[arg-type]
-
-
-def packed_batch(lengths: list[int], seed: int = 0) -> dict[str, object]:
-    generator = torch.Generator().manual_seed(seed)
-    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-    return {"input_ids": torch.randint(0, 64, (sum(lengths),), generator=generator), "cu_seqlens": cu_seqlens,
-            "max_seqlen": max(lengths)}
 
 
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])

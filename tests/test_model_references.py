@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files
+from helpers.finetuning import finetune, minilm_dir, supersense_files
 
 from bertforge.cli import main
 from bertforge.config import load_config
@@ -27,16 +27,6 @@ from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.trainer import Trainer
 
 QUIET = ["data.num_workers=0", "log.progress=false", "log.tensorboard=false", "train.log_every=1"]
-
-
-@pytest.fixture(scope="module")
-def classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny fine-tuned classifier run with checkpoints at steps 2 and 4."""
-    run_dir = tmp_path_factory.mktemp("runs") / "classifier"
-    finetune(run_dir, *TINY_MODEL, *supersense_files(run_dir.parent / "data", train=64, validation=16, test=16),
-             f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=4",
-             "train.checkpoint_every=2", "train.micro_batch_size=16", "train.global_batch_size=16")
-    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -64,25 +54,25 @@ def pretrain(data: Path, run_dir: Path, init_from: str | Path, steps: int) -> li
 # --- one resolver --------------------------------------------------------------------------------
 
 
-def test_every_shape_resolves_to_one_model_directory(classifier: Path, tmp_path: Path,
+def test_every_shape_resolves_to_one_model_directory(tiny_classifier: Path, tmp_path: Path,
                                                      caplog: pytest.LogCaptureFixture) -> None:
-    checkpoint = classifier / "checkpoints" / "step-00000002"
+    checkpoint = tiny_classifier / "checkpoints" / "step-00000002"
     assert resolve_model("all-MiniLM-L6-v2").path == minilm_dir() and resolve_model(minilm_dir()).format == "hf"
-    assert resolve_model(classifier).path == classifier / "final"
-    assert resolve_model(classifier / "final").run_dir == classifier.resolve()
+    assert resolve_model(tiny_classifier).path == tiny_classifier / "final"
+    assert resolve_model(tiny_classifier / "final").run_dir == tiny_classifier.resolve()
     for shape in (checkpoint, checkpoint / "model"):
         location = resolve_model(shape)
         assert (location.path, location.format) == (checkpoint / "model", "bertforge")
-        assert location.run_dir == classifier.resolve()
+        assert location.run_dir == tiny_classifier.resolve()
     # a run still training (no final/ yet) gives its newest checkpoint, and says so
     training = tmp_path / "training"
-    shutil.copytree(classifier, training, ignore=shutil.ignore_patterns("final"))
+    shutil.copytree(tiny_classifier, training, ignore=shutil.ignore_patterns("final"))
     with caplog.at_level("WARNING"):
         assert resolve_model(training).path == training / "checkpoints" / "step-00000004" / "model"
     assert any("no final/ model yet" in record.getMessage() for record in caplog.records)
 
 
-def test_what_is_not_a_model_gets_one_error_listing_the_shapes(classifier: Path, tmp_path: Path) -> None:
+def test_what_is_not_a_model_gets_one_error_listing_the_shapes(tiny_classifier: Path, tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     with pytest.raises(BertforgeError, match=r"is not a model; give a bertforge run directory, .* all-MiniLM-L6-v2"):
         resolve_model(tmp_path / "notes")
@@ -90,7 +80,7 @@ def test_what_is_not_a_model_gets_one_error_listing_the_shapes(classifier: Path,
         resolve_model(tmp_path / "missing")
     # a checkpoint that holds only a state dict (a user Task without save_model) names what to do
     legacy = tmp_path / "run" / "checkpoints" / "step-00000002"
-    shutil.copytree(classifier / "checkpoints" / "step-00000002", legacy, ignore=shutil.ignore_patterns("model"))
+    shutil.copytree(tiny_classifier / "checkpoints" / "step-00000002", legacy, ignore=shutil.ignore_patterns("model"))
     with pytest.raises(BertforgeError, match=r"checkpoint without a model directory \(model/\).*final/"):
         resolve_model(legacy)
 
@@ -100,11 +90,11 @@ def test_what_is_not_a_model_gets_one_error_listing_the_shapes(classifier: Path,
 
 @pytest.mark.parametrize("shape", ["run", "final", "checkpoint", "checkpoint model"])
 def test_predict_evaluate_and_export_accept_every_shape_of_a_fine_tuned_model(
-        classifier: Path, shape: str, tmp_path: Path) -> None:
-    reference = {"run": classifier, "final": classifier / "final",
-                 "checkpoint": classifier / "checkpoints" / "step-00000004",
-                 "checkpoint model": classifier / "checkpoints" / "step-00000004" / "model"}[shape]
-    data = str(classifier.parent / "data" / "supersense-test-16.jsonl")
+        tiny_classifier: Path, shape: str, tmp_path: Path) -> None:
+    reference = {"run": tiny_classifier, "final": tiny_classifier / "final",
+                 "checkpoint": tiny_classifier / "checkpoints" / "step-00000004",
+                 "checkpoint model": tiny_classifier / "checkpoints" / "step-00000004" / "model"}[shape]
+    data = str(tiny_classifier.parent / "data" / "supersense-test-16.jsonl")
     assert main(["predict", str(reference), "--input", data, "--out", str(tmp_path / "p.jsonl")]) == 0
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 16
     assert main(["evaluate", str(reference), "--data", data]) == 0
@@ -114,10 +104,10 @@ def test_predict_evaluate_and_export_accept_every_shape_of_a_fine_tuned_model(
     assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "exported").num_labels == 45
 
 
-def test_finetune_starts_from_a_checkpoint_a_run_and_the_packaged_model_name(classifier: Path, tmp_path: Path) -> None:
+def test_finetune_starts_from_a_checkpoint_a_run_and_the_packaged_model_name(tiny_classifier: Path, tmp_path: Path) -> None:
     files = supersense_files(tmp_path / "data", train=32, validation=16, test=16)
-    for name, reference in (("from-checkpoint", classifier / "checkpoints" / "step-00000002"),
-                            ("from-run", classifier)):
+    for name, reference in (("from-checkpoint", tiny_classifier / "checkpoints" / "step-00000002"),
+                            ("from-run", tiny_classifier)):
         result = finetune(tmp_path / name, *files, f"model.init_from={reference}", "finetune.max_length=32",
                           "train.max_steps=1", "train.micro_batch_size=16", "train.global_batch_size=16")
         assert result.state.step == 1 and (tmp_path / name / "final" / "config.json").is_file()

@@ -29,7 +29,7 @@ TINY = ["model.preset=bert-tiny", "model.hidden_size=64", "model.num_heads=2", "
 
 
 @pytest.fixture(scope="module")
-def corpus_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pretraining_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 400 documents of the bundled corpus (KJV chapters), as a .txt file."""
     text = gzip.open(corpus_path(), "rt", encoding="utf-8").read()
     documents = text.split("\n\n")[:400]
@@ -39,26 +39,26 @@ def corpus_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pretraining_tokenizer(pretraining_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tok") / "tokenizer"
-    train_tokenizer_from_inputs([str(corpus_slice)], out, vocab_size=2048)
+    train_tokenizer_from_inputs([str(pretraining_corpus)], out, vocab_size=2048)
     return out
 
 
-def prepare(corpus_slice: Path, tokenizer_dir: Path, out: Path, nsp: bool) -> Path:
-    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, out,
+def prepare(pretraining_corpus: Path, pretraining_tokenizer: Path, out: Path, nsp: bool) -> Path:
+    prepare_pretraining_data([str(pretraining_corpus)], pretraining_tokenizer, out,
                              PrepareSettings(seq_len=64, nsp=nsp, split=(950.0, 50.0)), workers=1)
     return out
 
 
 @pytest.fixture(scope="module")
-def prepared_mlm(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return prepare(corpus_slice, tokenizer_dir, tmp_path_factory.mktemp("data") / "mlm", nsp=False)
+def prepared_mlm(pretraining_corpus: Path, pretraining_tokenizer: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare(pretraining_corpus, pretraining_tokenizer, tmp_path_factory.mktemp("data") / "mlm", nsp=False)
 
 
 @pytest.fixture(scope="module")
-def prepared_nsp(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return prepare(corpus_slice, tokenizer_dir, tmp_path_factory.mktemp("data") / "nsp", nsp=True)
+def prepared_nsp(pretraining_corpus: Path, pretraining_tokenizer: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare(pretraining_corpus, pretraining_tokenizer, tmp_path_factory.mktemp("data") / "nsp", nsp=True)
 
 
 def run_config(data: Path, run_dir: Path, *extra: str):
@@ -130,8 +130,8 @@ def test_a_swapped_tokenizer_a_foreign_model_tokenizer_and_a_small_vocab_are_ref
     swapped = tmp_path / "swapped-data"
     shutil.copytree(prepared_mlm, swapped)
     manifest = json.loads((swapped / "index.json").read_text())
-    tokenizer_dir = swapped / manifest["tokenizer"]["path"]
-    shutil.copyfile(Path(minilm) / "tokenizer.json", tokenizer_dir / "tokenizer.json")
+    copied_tokenizer = swapped / manifest["tokenizer"]["path"]
+    shutil.copyfile(Path(minilm) / "tokenizer.json", copied_tokenizer / "tokenizer.json")
     config = run_config(swapped, tmp_path / "swapped", "train.max_steps=2")
     with pytest.raises(DataError, match=r"is not the tokenizer .* was prepared with \(its fingerprint"):
         Trainer(config, PretrainTask(config)).fit()

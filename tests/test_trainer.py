@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import trainer_tasks
 
 from bertforge.config import load_config
 from bertforge.errors import BertforgeError
@@ -20,8 +21,6 @@ from bertforge.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "helpers" / "trainer_tasks.py"
-sys.path.insert(0, str(ROOT))
-from tests.helpers import trainer_tasks  # noqa: E402
 
 BASE = ["optim.lr=3e-2", "optim.weight_decay=0.0", "schedule.name=cosine", "schedule.warmup=2",
         "train.micro_batch_size=32", "train.global_batch_size=64", "train.max_steps=12", "train.log_every=1",

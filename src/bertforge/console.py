@@ -40,3 +40,11 @@ def verbosity() -> int:
 def progress_enabled() -> bool:
     """Progress bars are shown unless `--quiet` was given or stderr is not a terminal-like sink."""
     return _verbosity >= NORMAL
+
+
+def quiet_transformers() -> None:
+    """For the CLI: no `transformers` progress bars ("Loading weights", "Writing model shards") among ours."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()

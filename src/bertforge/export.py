@@ -125,7 +125,8 @@ def _output_name(model: nn.Module) -> str:
 
 def _padded_batch(loaded: LoadedModel, texts: tuple[str, ...], pairs: tuple[str, ...] | None) -> dict[str, torch.Tensor]:
     """Real tokenized text when the model has a tokenizer, else token ids drawn from the vocabulary."""
-    from bertforge.data.labeled import LabeledDataset, LabeledSplit, collate_padded
+    from bertforge.data.labeled import LabeledDataset, collate_padded
+    from bertforge.data.labels import LabeledSplit
 
     if loaded.tokenizer_dir is None:
         generator = torch.Generator().manual_seed(0)

@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bertforge.console import log, stdout_console
-    from bertforge.inference import evaluate_file, write_evaluation
+    from bertforge.inference import evaluate_file
     from bertforge.output_paths import output_directory
+    from bertforge.tasks.evaluation import write_evaluation
     from bertforge.tasks.metrics import confusion_table, per_class_table
 
     if args.out_dir:

@@ -30,9 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertforge.console import stdout_console
+    from bertforge.console import quiet_transformers, stdout_console
     from bertforge.export import export_model
-    from bertforge.inference import quiet_transformers
 
     quiet_transformers()
     summary = export_model(args.model, args.out, args.format, overwrite=args.overwrite)

@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
-    from bertforge.console import stdout_console
-    from bertforge.inference import fill_mask, load_model, quiet_transformers
+    from bertforge.console import quiet_transformers, stdout_console
+    from bertforge.inference import fill_mask, load_model
 
     quiet_transformers()
     results = fill_mask(load_model(args.model), args.text, args.top_k)

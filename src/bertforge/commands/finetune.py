@@ -30,8 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.config import finetune_defaults
-    from bertforge.console import stdout_console
-    from bertforge.inference import quiet_transformers
+    from bertforge.console import quiet_transformers, stdout_console
     from bertforge.tasks.classify import ClassificationTask
     from bertforge.train.trainer import Trainer
 

@@ -38,8 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def load_model_for(args: argparse.Namespace) -> Any:
     """Check the shared input options and load MODEL (shared with `bertforge evaluate`)."""
+    from bertforge.console import quiet_transformers
     from bertforge.errors import BertforgeError
-    from bertforge.inference import load_model, quiet_transformers
+    from bertforge.inference import load_model
 
     if args.batch_size < 1:
         raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")

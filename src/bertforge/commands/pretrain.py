@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertforge.inference import quiet_transformers
+    from bertforge.console import quiet_transformers
     from bertforge.tasks.pretrain import PretrainTask
     from bertforge.train.trainer import Trainer
 

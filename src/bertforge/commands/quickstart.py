@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from bertforge.console import quiet_transformers
     from bertforge.errors import BertforgeError
-    from bertforge.inference import quiet_transformers
     from bertforge.output_paths import output_directory
     from bertforge.quickstart import QuickstartPlan, run_quickstart
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 import fsspec
 
 from bertforge.console import log
+from bertforge.data.records import HUB_PREFIX, parse_hub_reference
 from bertforge.errors import CORRUPT_GZIP_ERRORS, DataError, corrupt_compressed_file, first_line, location
 
 TEXT_SUFFIXES = (".txt", ".text")
@@ -37,7 +38,6 @@ JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 TABLE_SUFFIXES = (".csv", ".tsv")
 PARQUET_SUFFIXES = (".parquet",)
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-HUB_PREFIX = "hf:"
 BUNDLED_CORPUS = "bundled:corpus"  # the corpus shipped in the package, for examples and quick starts
 KNOWN_SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + TABLE_SUFFIXES + PARQUET_SUFFIXES
 
@@ -106,14 +106,8 @@ def resolve_inputs(inputs: Sequence[str]) -> list[Source]:
 
 
 def _hub_source(given: str) -> Source:
-    spec = given[len(HUB_PREFIX):]
-    split = "train"
-    if "@" in spec:
-        spec, split = spec.rsplit("@", 1)
-    name, _, config = spec.partition(":") if not spec.startswith("/") else (spec, "", "")
-    if not name:
-        raise DataError(f"input {given!r} names no dataset; use hf:NAME[:CONFIG][@SPLIT], e.g. hf:wikitext:wikitext-2-raw-v1")
-    return Source(url=name, kind="hf_hub", hub_config=config or None, hub_split=split)
+    name, config, split = parse_hub_reference(given)
+    return Source(url=name, kind="hf_hub", hub_config=config, hub_split=split)
 
 
 def _join(fs: fsspec.AbstractFileSystem, path: str) -> str:

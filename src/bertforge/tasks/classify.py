@@ -25,22 +25,17 @@ from torch import nn
 from bertforge.batch import model_inputs
 from bertforge.config import Config
 from bertforge.console import console, log
-from bertforge.data.labeled import (
-    LabeledData,
-    LabeledDataset,
-    LabeledSplit,
-    collate_unpadded,
-    load_labeled_data,
-)
+from bertforge.data.labeled import LabeledDataset, collate_unpadded
+from bertforge.data.labels import LabeledData, LabeledSplit, load_labeled_data
 from bertforge.errors import ConfigError
-from bertforge.inference import (
+from bertforge.locate import resolve_data_file, resolve_model, resolve_model_path, tokenizer_dir_for
+from bertforge.tasks.evaluation import (
     classification_loss,
     evaluate_dataset,
     metrics_line,
     outputs_of,
     write_evaluation,
 )
-from bertforge.locate import resolve_data_file, resolve_model, resolve_model_path, tokenizer_dir_for
 from bertforge.tasks.metrics import best_mode, compute_metrics, metric_names
 from bertforge.train.task import Batch, Task, TaskData
 

@@ -135,7 +135,7 @@ def run_job(spec_path: Path) -> int:
     """Fine-tune one (task, seed): called in the job's process with the spec the runner wrote."""
     import torch
 
-    from bertforge.data.labeled import LabeledData
+    from bertforge.data.labels import LabeledData
     from bertforge.tasks.classify import ClassificationTask
     from bertforge.tasks.glue_tasks import read_glue_split
     from bertforge.train.trainer import Trainer
@@ -151,8 +151,7 @@ def run_job(spec_path: Path) -> int:
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    from bertforge.console import NORMAL, setup_logging
-    from bertforge.inference import quiet_transformers
+    from bertforge.console import NORMAL, quiet_transformers, setup_logging
 
     setup_logging(NORMAL)
     quiet_transformers()

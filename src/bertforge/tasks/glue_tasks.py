@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.console import log
-from bertforge.data.labeled import LabeledSplit, LabelSet, label_key
+from bertforge.data.labels import LabeledSplit, LabelSet, label_key
 from bertforge.errors import ConfigError, DataError
 
 GLUE_LAYOUT_HINT = "point --data-dir at the GLUE root, the folder holding CoLA/, SST-2/, MRPC/, ..."

@@ -1,0 +1,139 @@
+"""Evaluating a classifier: its outputs over unpadded batches, metrics, and the evaluation report.
+
+The report (metrics, per-class precision/recall, confusion matrix as markdown and PNG) is written by
+the fine-tuning task's final test evaluation and by `bertforge evaluate` (through
+`bertforge.inference`), so both write the same files. Training code imports this module, never
+`bertforge.inference`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.batch import model_inputs
+from bertforge.data.labeled import LabeledDataset, collate_unpadded
+from bertforge.errors import BertforgeError
+from bertforge.tasks.metrics import (
+    ClassReport,
+    compute_metrics,
+    confusion_matrix,
+    per_class_report,
+    save_confusion_matrix_png,
+)
+from bertforge.train.map_style import iterate_once
+
+DEFAULT_BATCH_SIZE = 64
+
+
+def batches_of(dataset: LabeledDataset, batch_size: int) -> Iterable[dict[str, Any]]:
+    return iterate_once(dataset, collate_unpadded, batch_size)
+
+
+@torch.no_grad()
+def outputs_of(model: nn.Module, batches: Iterable[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits [examples, outputs] of a classifier over the batches, and the labels when the batches have them."""
+    logits: list[torch.Tensor] = []
+    labels: list[torch.Tensor] = []
+    device = next(model.parameters()).device
+    for batch in batches:
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_inputs(batch).items()}
+        logits.append(model(**inputs).logits.float().cpu())
+        if "labels" in batch:
+            labels.append(batch["labels"])
+    return torch.cat(logits), (torch.cat(labels) if labels else None)
+
+
+def classification_loss(task_type: str, logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Mean cross-entropy, or mean squared error for regression (what the training loss measures)."""
+    if task_type == "regression":
+        return float((logits.squeeze(-1) - labels.float()).pow(2).mean())
+    return float(nn.functional.cross_entropy(logits, labels))
+
+
+
+@dataclass
+class EvaluationReport:
+    split: str  # a name for the data: test, validation, dev_matched, ...
+    source: str  # the file it came from
+    task_type: str
+    label_names: list[str]
+    metrics: dict[str, float]
+    per_class: list[ClassReport]  # empty for regression
+    confusion: np.ndarray | None  # counts[true, predicted]; None for regression
+
+    def to_json(self) -> dict[str, Any]:
+        return {"split": self.split, "source": self.source, "task_type": self.task_type,
+                "label_names": self.label_names, "metrics": self.metrics,
+                "per_class": [asdict(report) for report in self.per_class],
+                "confusion_matrix": self.confusion.tolist() if self.confusion is not None else None}
+
+
+def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batch_size: int = DEFAULT_BATCH_SIZE,
+                     ) -> EvaluationReport:
+    """Metrics of `model` on a labeled dataset (`compute_metrics` + loss), per-class report, confusion matrix."""
+    logits, labels = outputs_of(model, batches_of(dataset, batch_size))
+    if labels is None:
+        raise BertforgeError(f"{dataset.source} was read without labels; it cannot be evaluated")
+    task_type = dataset.task_type
+    if task_type == "regression":
+        predictions = logits.squeeze(-1).numpy()
+    else:
+        predictions = logits.numpy()
+    metrics = compute_metrics(task_type, predictions, labels.numpy(), dataset.label_names)
+    metrics["loss"] = classification_loss(task_type, logits, labels)
+    metrics["examples"] = float(len(dataset))
+    if task_type == "regression":
+        return EvaluationReport(split, dataset.source, task_type, [], metrics, [], None)
+    names = dataset.label_names
+    return EvaluationReport(split, dataset.source, task_type, names, metrics,
+                            per_class_report(predictions, labels.numpy(), names),
+                            confusion_matrix(predictions, labels.numpy(), num_classes=len(names)))
+
+
+def report_markdown(report: EvaluationReport) -> str:
+    """Metrics, per-class precision/recall/F1 and the confusion matrix as one markdown document."""
+    lines = [f"# {report.split} evaluation", "", f"Data: `{report.source}`", "", "| metric | value |", "|---|---:|"]
+    lines += [f"| {name} | {value:.4f} |" if name != "examples" else f"| examples | {int(value):,} |"
+              for name, value in report.metrics.items()]
+    if report.per_class:
+        lines += ["", "## Per class", "", "| class | precision | recall | f1 | support |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r.name} | {r.precision:.3f} | {r.recall:.3f} | {r.f1:.3f} | {r.support:,} |"
+                  for r in report.per_class]
+    if report.confusion is not None:
+        names = report.label_names
+        lines += ["", "## Confusion matrix", "", "Rows: true class · columns: predicted class.", "",
+                  "| true \\ predicted | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        lines += [f"| {name} | " + " | ".join(str(c) for c in report.confusion[row]) + " |"
+                  for row, name in enumerate(names)]
+    return "\n".join(lines) + "\n"
+
+
+def write_evaluation(report: EvaluationReport, directory: str | Path) -> list[Path]:
+    """`<split>_results.json`, `<split>_report.md` and (classification) `<split>_confusion_matrix.png`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in ((f"{report.split}_results.json", json.dumps(report.to_json(), indent=2) + "\n"),
+                       (f"{report.split}_report.md", report_markdown(report))):
+        partial = directory / f".{name}.partial"
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, directory / name)
+        written.append(directory / name)
+    if report.confusion is not None:
+        written.append(save_confusion_matrix_png(report.confusion, report.label_names,
+                                                 directory / f"{report.split}_confusion_matrix.png",
+                                                 title=f"{report.split} confusion matrix"))
+    return written
+
+
+def metrics_line(metrics: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "examples")
