@@ -154,19 +154,18 @@ def test_a_signal_saves_a_checkpoint_and_exits_with_the_shells_code_for_it(tmp_p
 def test_after_fit_a_sigterm_is_no_longer_swallowed(tmp_path: Path) -> None:
     """An in-process caller (a benchmark, a notebook) gets its own SIGTERM handling back after fit."""
     script = f"""
-import os, signal, sys
-sys.path.insert(0, {str(ROOT)!r})
+import os, signal
 from bertforge.config import load_config
 from bertforge.train.trainer import Trainer
-from tests.helpers.trainer_tasks import SmallWithDropout
+from helpers.trainer_tasks import SmallWithDropout
 config = load_config(None, ["train.max_steps=2", "log.progress=false", "log.tensorboard=false",
                             "run.output_dir={tmp_path}", "run.name=run"])
 Trainer(config, SmallWithDropout(config)).fit()
 os.kill(os.getpid(), signal.SIGTERM)
 print("survived the SIGTERM")
 """
-    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                               timeout=300)
+    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                               env=ENV | {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])})
     assert completed.returncode == -signal.SIGTERM, completed.stdout + completed.stderr
     assert "survived" not in completed.stdout
 
