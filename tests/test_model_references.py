@@ -45,7 +45,7 @@ def pretrain(data: Path, run_dir: Path, init_from: str | Path, steps: int) -> li
     config = load_config(None, [f"data.path={data}", f"model.init_from={init_from}", "data.seq_len=64",
                                 "optim.lr=5e-4", "schedule.warmup=2", "train.micro_batch_size=16",
                                 "train.global_batch_size=16", f"train.max_steps={steps}", f"train.eval_every={steps}",
-                                f"train.checkpoint_every={steps}", "data.validation_samples=64",
+                                f"train.checkpoint_every={steps}", "data.validation_samples=32",
                                 f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", *QUIET])
     Trainer(config, PretrainTask(config)).fit()
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -121,15 +121,15 @@ def test_finetune_starts_from_a_checkpoint_a_run_and_the_packaged_model_name(tin
 
 def test_pretraining_continues_from_minilm_then_from_its_run_and_its_checkpoint(
         minilm_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    first = pretrain(minilm_corpus, tmp_path / "adapted", "all-MiniLM-L6-v2", steps=8)
+    first = pretrain(minilm_corpus, tmp_path / "adapted", "all-MiniLM-L6-v2", steps=6)
     train = [r["loss"] for r in first if r["split"] == "train"]
     validation = [r["mlm_loss"] for r in first if r["split"] == "validation"]
     # MiniLM has no MLM head: a fresh one, tied to its embeddings, learns quickly on its own tokenizer
     assert sum(train[-3:]) < sum(train[:3])
-    checkpoint = tmp_path / "adapted" / "checkpoints" / "step-00000008"
+    checkpoint = tmp_path / "adapted" / "checkpoints" / "step-00000006"
     assert (checkpoint / "model" / "bertforge_model.json").is_file()
     for name, reference in (("from-run", tmp_path / "adapted"), ("from-checkpoint", checkpoint)):
-        records = pretrain(minilm_corpus, tmp_path / name, reference, steps=2)
+        records = pretrain(minilm_corpus, tmp_path / name, reference, steps=1)
         continued = [r for r in records if r["split"] == "train"]
         # it starts where the first run ended, not from MiniLM's fresh head
         assert continued[0]["loss"] < train[0] - 1.0, (name, continued[0]["loss"], train[0])
