@@ -106,7 +106,10 @@ def test_torchrun_max_restarts_with_resume_auto_recovers_a_crashed_worker(single
     assert marker.exists()  # it really crashed once
     output = done.stdout + done.stderr
     assert "internal error" not in output  # the survivor names the lost peer, not a bug of ours
-    assert "rank 0 lost its connection to another process of this job" in output
+    # which comes first is a race: rank 0 noticing the lost peer in a collective, or torchrun stopping it
+    # (its "Sending process N closing signal SIGTERM"); both are clean ends, a traceback of ours is not
+    assert ("rank 0 lost its connection to another process of this job" in output
+            or "closing signal SIGTERM" in output), output[-3000:]
     assert losses(run_dir) == pytest.approx(losses(single_process), rel=1e-5, abs=1e-6)
 
 

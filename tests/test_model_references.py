@@ -134,9 +134,10 @@ def test_pretraining_continues_from_minilm_then_from_its_run_and_its_checkpoint(
         # it starts where the first run ended, not from MiniLM's fresh head
         assert continued[0]["loss"] < train[0] - 1.0, (name, continued[0]["loss"], train[0])
         assert [r["mlm_loss"] for r in records if r["split"] == "validation"][-1] < validation[-1] + 0.5
-    capsys.readouterr()
-    assert main(["fill-mask", str(checkpoint), "in the beginning god created the [MASK] and the earth"]) == 0
-    assert "[MASK]" not in capsys.readouterr().out.splitlines()[-1]
+    for reference in (tmp_path / "adapted", tmp_path / "adapted" / "final", checkpoint, checkpoint / "model"):
+        capsys.readouterr()
+        assert main(["fill-mask", str(reference), "in the beginning god created the [MASK] and the earth"]) == 0
+        assert "[MASK]" not in capsys.readouterr().out.splitlines()[-1], reference
 
 
 # --- nothing lost in conversion -------------------------------------------------------------------
@@ -157,3 +158,20 @@ def test_exporting_minilm_keeps_every_tensor_its_pooler_included(tmp_path: Path)
         torch.testing.assert_close(exported(ids).pooler_output, source(ids).pooler_output, rtol=0, atol=1e-6)
     for name in ("tokenizer.json", "vocab.txt"):
         assert (tmp_path / "exported" / name).read_bytes() == (minilm_dir() / name).read_bytes()
+
+
+def test_a_fine_tuned_classifier_round_trips_every_tensor_through_stock_transformers(tiny_classifier: Path,
+                                                                                     tmp_path: Path) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    from bertforge.models.hf import load_hf_checkpoint
+    from bertforge.models.loading import load_model_directory
+
+    checkpoint_model = tiny_classifier / "checkpoints" / "step-00000004" / "model"
+    assert main(["export", str(checkpoint_model), "--out", str(tmp_path / "exported")]) == 0
+    _, loading = AutoModelForSequenceClassification.from_pretrained(tmp_path / "exported", output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    ours = load_model_directory(checkpoint_model).state_dict()
+    back = load_hf_checkpoint(tmp_path / "exported").state_dict()
+    assert ours.keys() == back.keys()
+    assert all(torch.equal(ours[key], back[key]) for key in ours)
