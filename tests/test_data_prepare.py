@@ -34,8 +34,9 @@ def prepared(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.T
 
 
 def file_hashes(root: Path) -> dict[str, str]:
+    """Every data file's hash; `.lock` says who prepared the directory (pid, host, since: seconds), not data."""
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
 def test_manifest_records_version_tokenizer_counts_and_a_checksum_per_file(prepared: Path, tokenizer_dir: Path) -> None:
