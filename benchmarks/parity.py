@@ -234,8 +234,8 @@ def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: P
     from bertforge.config import load_config
     from bertforge.data.labeled import LabeledDataset, collate_unpadded
     from bertforge.data.labels import LabeledSplit
-    from bertforge.tasks.evaluation import outputs_of
     from bertforge.tasks.classify import ClassificationTask
+    from bertforge.tasks.evaluation import outputs_of
     from bertforge.train.map_style import iterate_once
     from bertforge.train.trainer import Trainer
 
