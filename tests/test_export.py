@@ -25,11 +25,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("data")
-
-
-@pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     run = tmp_path_factory.mktemp("runs") / "supersense"
     finetune(run, *TINY_MODEL, *supersense_files(data_dir, train=256, validation=32, test=32),

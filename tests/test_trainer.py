@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -172,17 +171,16 @@ def test_global_batch_must_divide_into_micro_batches(tmp_path: Path) -> None:
 
 
 def test_cli_train_runs_a_user_task_file_and_reports_bad_input(tmp_path: Path) -> None:
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
     ok = subprocess.run([sys.executable, "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:NoDropout",
                          str(ROOT / "examples" / "tasks" / "bag_of_words.yaml"), f"run.output_dir={tmp_path}",
                          "train.max_steps=3", "log.progress=false"],
-                        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "bag-of-words" / "final").is_dir()
     assert list((tmp_path / "bag-of-words" / "tensorboard").glob("events.out.tfevents.*"))  # on by default
     bad = subprocess.run([sys.executable, "-m", "bertforge.cli", "train", "--task", f"{TASKS}:Missing",
                           str(ROOT / "examples" / "tasks" / "bag_of_words.yaml")],
-                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert "has no class 'Missing'" in bad.stderr and "Traceback" not in bad.stderr
 

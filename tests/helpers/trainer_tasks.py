@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "tasks"))
-from bag_of_words import BagOfWordsSupersense  # noqa: E402
+from bertforge.errors import DataError
+from bertforge.train.task import Batch, TaskData
+from bertforge.train.user_task import load_task_class
 
-from bertforge.errors import DataError  # noqa: E402
-from bertforge.train.task import Batch, TaskData  # noqa: E402
+# the example is a user's task file, not an importable module: load it by path, as `--task FILE:CLASS` does
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "bag_of_words.py"
+BagOfWordsSupersense = load_task_class(f"{EXAMPLE}:BagOfWordsSupersense")
 
 
 class NoDropout(BagOfWordsSupersense):
