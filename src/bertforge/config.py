@@ -443,10 +443,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         except OmegaConfBaseException as error:
             raise ConfigError(f"override {override!r} could not be parsed: {first_line(error)}") from None
         merged = _merge(merged, layer, f"override {override!r}")
+    return _to_config(merged, str(path) if path else "overrides")
+
+
+def _to_config(merged: DictConfig, source: str) -> Config:
     try:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
-        raise _friendly(error, str(path) if path else "overrides") from None
+        raise _friendly(error, source) from None
     assert isinstance(config, Config)
     return config
 
@@ -478,12 +482,7 @@ def _pop_dotted(tree: dict[str, Any], key: str) -> Any:
 def load_run_config(path: str | Path) -> Config:
     """A run directory's saved `config.yaml`, also one written by an earlier bertforge (`upgrade_saved_tree`)."""
     merged = _merge(OmegaConf.structured(Config), upgrade_saved_tree(_read_yaml(Path(path))), str(path))
-    try:
-        config = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as error:
-        raise _friendly(error, str(path)) from None
-    assert isinstance(config, Config)
-    return config
+    return _to_config(merged, str(path))
 
 
 def config_to_yaml(config: Config) -> str:

@@ -23,7 +23,7 @@ from bertforge.errors import BertforgeError
 RUN_CONFIG = "config.yaml"
 CHECKPOINT_META = "meta.json"
 CHECKPOINT_MODEL = "model"  # the model directory inside a checkpoint
-LEGACY_CHECKPOINT_WEIGHTS = "model.pt"  # a bare state dict: user tasks without `save_model`, bertforge < 0.3
+LEGACY_CHECKPOINT_WEIGHTS = "model.pt"  # a bare state dict: user tasks without `save_model`, earlier bertforge
 TOKENIZER_MARKERS = ("tokenizer.json", "vocab.txt")
 BUNDLED_PREFIX = "bundled:"
 BUNDLED_DATA = ("supersense/train", "supersense/validation", "supersense/test")
@@ -70,10 +70,13 @@ class ModelLocation:
     run_dir: Path | None  # the run the model belongs to, when it belongs to one
 
 
-def is_model_directory(path: Path) -> bool:
+def model_format(path: Path) -> str | None:
+    """bertforge | hf for a model directory (bertforge_model.json / config.json), else None."""
     from bertforge.models.serialization import is_bertforge_model_dir
 
-    return is_bertforge_model_dir(path) or (path / "config.json").is_file()
+    if is_bertforge_model_dir(path):
+        return "bertforge"
+    return "hf" if (path / "config.json").is_file() else None
 
 
 def _run_of(path: Path, levels: int) -> Path | None:
@@ -94,20 +97,17 @@ def _latest_checkpoint(run_dir: Path) -> Path | None:
 
 def resolve_model(reference: str | Path) -> ModelLocation:
     """The model directory `reference` names; one clear error listing the shapes when it names none."""
-    from bertforge.models.serialization import is_bertforge_model_dir
-
     path = resolve_model_path(reference)
     if not path.exists():
         raise BertforgeError(f"model {str(reference)!r}: no such file or directory; give {MODEL_SHAPES}")
-    if is_bertforge_model_dir(path):
-        return ModelLocation(path, "bertforge", _run_of(path, 1) or _run_of(path, 3))
-    if (path / "config.json").is_file():
-        return ModelLocation(path, "hf", _run_of(path, 1) or _run_of(path, 3))
+    found = model_format(path)
+    if found is not None:  # final/ is 1 level below its run, a checkpoint's model/ 3
+        return ModelLocation(path, found, _run_of(path, 1) or _run_of(path, 3))
     if (path / CHECKPOINT_META).is_file():
-        if is_model_directory(path / CHECKPOINT_MODEL):
+        if model_format(path / CHECKPOINT_MODEL) is not None:
             return resolve_model(path / CHECKPOINT_MODEL)
         raise BertforgeError(f"{path} is a checkpoint without a model directory ({CHECKPOINT_MODEL}/): its task saves "
-                             "only a state dict (a user Task without `save_model`, or bertforge before 0.3); use the "
+                             "only a state dict (a user Task without `save_model`, or an earlier bertforge); use the "
                              "run's final/ directory, or resume the run with this bertforge to write new checkpoints")
     if (path / RUN_CONFIG).is_file():
         if (path / "final").is_dir():

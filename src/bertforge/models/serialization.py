@@ -130,17 +130,21 @@ def load_bertforge_model(directory: str | Path, expected_class: type[ModelT] | N
                              "load it with load_bertforge_model() or bertforge.models.load_for_task()")
     config = EncoderConfig.from_dict(description["encoder_config"], source=str(directory / CONFIG_NAME))
     model = cls(config, **description.get("head_arguments", {}))
-    load_weights_into(model, directory, map_location)
+    _load_weights(model, directory, description.get("tied_weights", {}), map_location)
     return model  # type: ignore[return-value]
 
 
 def load_weights_into(model: torch.nn.Module, directory: Path, map_location: str | torch.device = "cpu") -> None:
     """Copy the weights of the model directory `directory` into `model` (of the class it holds), exactly:
     a checkpoint's `model/` is what an exact resume reads."""
+    _load_weights(model, directory, read_model_description(directory).get("tied_weights", {}), map_location)
+
+
+def _load_weights(model: torch.nn.Module, directory: Path, tied: dict[str, str],
+                  map_location: str | torch.device) -> None:
     weights_path = directory / WEIGHTS_NAME
     if not weights_path.is_file():
         raise BertforgeError(f"{weights_path} is missing; the model directory is incomplete, save it again")
-    tied = read_model_description(directory).get("tied_weights", {})
     missing, unexpected = model.load_state_dict(load_file(str(weights_path), device=str(map_location)), strict=False)
     missing = [key for key in missing if key not in tied]
     if missing or unexpected:

@@ -57,6 +57,7 @@ class ClassificationTask(Task):
         self.labeled = data
         self.explicit_final_splits = dict(final_splits) if final_splits is not None else None
         self.class_weights: torch.Tensor | None = None
+        self._tokenizer_dir: Path | None = None
 
     # --- data -----------------------------------------------------------------------------------
 
@@ -65,7 +66,13 @@ class ClassificationTask(Task):
         return Path(self.config.run.output_dir) / self.config.run.name
 
     def tokenizer_dir(self) -> Path:
-        """`model.tokenizer`, else the tokenizer that comes with `model.init_from`."""
+        """`model.tokenizer`, else the tokenizer that comes with `model.init_from`; found once (every
+        checkpoint's model directory copies it, and resolving `init_from` may read run configs)."""
+        if self._tokenizer_dir is None:
+            self._tokenizer_dir = self._find_tokenizer_dir()
+        return self._tokenizer_dir
+
+    def _find_tokenizer_dir(self) -> Path:
         section = self.config.model
         if section.tokenizer:
             return resolve_model_path(section.tokenizer)
@@ -139,11 +146,10 @@ class ClassificationTask(Task):
         """The encoder (and BERT's pooler) of any saved model, with a fresh head for our labels."""
         from bertforge.models.loading import load_for_task, runtime_overrides
 
-        if self.config.model.pooling is None:
-            location = resolve_model(reference)
-            if location.format == "hf":
-                hint_sentence_transformers_pooling(location.path)
-        return load_for_task(reference, "classification", num_labels=num_labels, problem_type=task_type,
+        location = resolve_model(reference)
+        if self.config.model.pooling is None and location.format == "hf":
+            hint_sentence_transformers_pooling(location.path)
+        return load_for_task(location.path, "classification", num_labels=num_labels, problem_type=task_type,
                              label_names=label_names, config_overrides=runtime_overrides(self.config.model))
 
     def save_model(self, model: nn.Module, directory: Path) -> None:
