@@ -119,6 +119,24 @@ def test_finetune_starts_from_a_checkpoint_a_run_and_the_packaged_model_name(tin
     assert (config["hidden_size"], config["num_hidden_layers"]) == (384, 6)
 
 
+def test_glue_jobs_start_from_a_run_directory_and_from_a_checkpoint(tiny_classifier: Path, glue_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    from bertforge.tasks.glue_runner import run_glue
+
+    checkpoint = tiny_classifier / "checkpoints" / "step-00000002"
+    config = load_config(None, [
+        f"run.output_dir={tmp_path}", "run.name=glue", "glue.tasks=[rte, mrpc]", "glue.seeds=1", *QUIET,
+        "glue.overrides={all: [train.max_steps=1, finetune.max_length=32, train.micro_batch_size=16, "
+        f"train.global_batch_size=16], rte: [model.init_from={tiny_classifier}], "
+        f"mrpc: [model.init_from={checkpoint}]}}"])
+    run_glue(config, glue_dir, jobs=2)
+    for task in ("rte", "mrpc"):
+        (run_dir,) = (tmp_path / "glue" / task).glob("seed-*")
+        exported = json.loads((run_dir / "final" / "config.json").read_text())
+        # the reference's 2 layers of 64 (a fresh model would be the default preset's) and a new 2-class head
+        assert (exported["hidden_size"], exported["num_hidden_layers"], len(exported["id2label"])) == (64, 2, 2)
+
+
 def test_pretraining_continues_from_minilm_then_from_its_run_and_its_checkpoint(
         minilm_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first = pretrain(minilm_corpus, tmp_path / "adapted", "all-MiniLM-L6-v2", steps=6)
