@@ -41,8 +41,14 @@ sample-sources:
 demo: install
 	$(VENV)/bin/bertforge quickstart
 
+# Two pytest workers, one per core, each test file on one worker (its module fixtures built once),
+# each worker's torch on one thread: the tests' models are tiny, so two single-threaded workers do
+# about twice the work of one two-threaded process, which spends its time in thread hand-offs.
+# Tests that launch torchrun get one thread per rank anyway (torchrun's own default).
+TEST_WORKERS ?= 2
+
 test: install-dev sample-sources
-	@BERTFORGE_STRICT_TESTS=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@BERTFORGE_STRICT_TESTS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests; the suite must never be empty"; exit 1; fi; \
 	exit $$rc
 
