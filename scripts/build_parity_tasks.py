@@ -2,7 +2,7 @@
 """Build labeled fine-tuning tasks for the trainer parity benchmark from real text on a Debian machine.
 
 Unlike the bundled WordNet gloss -> supersense set (short texts, single sentence, 45 classes),
-these tasks have longer texts, a sentence-pair input or a regression target:
+these tasks have longer texts, a sentence-pair input, a regression target or word-level tags:
 
 * ``manpages`` (``apt-get install manpages manpages-dev``): the DESCRIPTION section of every
   English man page in ``/usr/share/man/man1..man8`` -> its section number ("1".."8").
@@ -14,13 +14,21 @@ these tasks have longer texts, a sentence-pair input or a regression target:
   12,000 / 2,000 / 4,000 pairs.
 * ``wordnet-similarity`` (``wordnet-base``): two noun definitions -> the Wu-Palmer similarity of
   their synsets on the noun hypernym graph, in [0, 1]. Sentence-pair regression, same sizes.
+* ``supersense-tagging`` (``wordnet-base``): the quoted example sentences of WordNet glosses (all
+  four parts of speech), split into words, each occurrence of the synset's own lemmas (inflected
+  forms too: WordNet's exception lists and morphy's suffix rules) tagged in BIO with its
+  lexicographer file (``B-noun.animal``, ``I-verb.motion``), the other words ``O``. Token
+  classification, rows ``{"tokens": [...], "tags": [...], "id": "n02084071-0"}``; sentences where
+  no lemma is found are dropped (counted in ``task.json``), one row per distinct word sequence.
 * ``debian-sections`` (needs ``apt-get update``): a package's short description -> its archive
   section. Built only where the apt lists exist (or when asked for by name).
 
-In the two WordNet tasks every synset belongs to one split, the split of its whole gloss in the
+In the two WordNet pair tasks every synset belongs to one split, the split of its whole gloss in the
 bundled supersense set (sha1 of the gloss), and a pair is drawn only from synsets of one split:
 so a given synset pair is always in the same split, no definition is in two splits, and no
 validation/test definition is in the bundled pre-training corpus (which holds train glosses).
+Supersense tagging likewise gives an example sentence its gloss's split (and keeps a sentence
+that WordNet repeats in several glosses only once, in train if any of them is a train gloss).
 
 Each task is written to ``DIR/<task>/{train,validation,test}.jsonl`` plus ``DIR/<task>/task.json``
 (columns, labels, counts, per-split sha1 and the Debian package versions used). The output is
@@ -44,6 +52,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +84,7 @@ APT_LISTS_DIR = Path("/var/lib/apt/lists")
 DPKG_INFO_DIR = Path("/var/lib/dpkg/info")
 
 SPLITS = ("train", "validation", "test")
-TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "debian-sections")
+TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "supersense-tagging", "debian-sections")
 OPTIONAL_TASKS = ("debian-sections",)  # skipped with a note, not an error, when its source is absent
 TASK_FILE = "task.json"
 FORMAT_VERSION = 1
@@ -101,16 +110,25 @@ class Task:
 
     name: str
     description: str
-    task_type: str  # "classification" | "regression"
+    task_type: str  # "classification" | "regression" | "token_classification"
     text_pair_column: str | None
     splits: dict[str, list[dict]]
     sources: dict[str, str]
     extra: dict[str, object] = field(default_factory=dict)
 
     def labels(self) -> list[str] | None:
+        """The sorted label set (of a token task: its tag set, O included); None for regression."""
+        if self.task_type == "token_classification":
+            return sorted({tag for rows in self.splits.values() for row in rows for tag in row["tags"]})
         if self.task_type != "classification":
             return None
         return sorted({row["label"] for rows in self.splits.values() for row in rows})
+
+    def columns(self) -> dict[str, str | None]:
+        """The task.json keys naming the row fields a fine-tuning config reads."""
+        if self.task_type == "token_classification":
+            return {"tokens_column": "tokens", "tags_column": "tags"}
+        return {"text_column": "text", "text_pair_column": self.text_pair_column, "label_column": "label"}
 
 
 def _require(path: Path, package: str, what: str = "") -> Path:
@@ -701,6 +719,236 @@ def build_wordnet_similarity(wordnet_dir: Path = WORDNET_DIR, graph: NounGraph |
     )
 
 
+# ----------------------------------------------------------------------------- supersense tagging
+
+WORDNET_POS = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}  # data.* file -> morphology class
+TOKEN_RE = re.compile(r"\w+(?:[-'\u2019]\w+)*|[^\w\s]")  # words (with inner - and '), single punctuation
+_EXAMPLE_RE = re.compile(r'"([^"]*)"')
+_ADJ_MARKER_RE = re.compile(r"\((?:a|p|ip)\)$")  # syntactic marker of an adjective lemma: long(a), galore(ip)
+# WordNet's morphy detachment rules (morph.c), tried on a word of the synset's part of speech
+MORPHY_SUFFIXES: dict[str, tuple[tuple[str, str], ...]] = {
+    "n": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"), ("men", "man"),
+          ("ies", "y")),
+    "v": (("s", ""), ("ies", "y"), ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""), ("ing", "e"),
+          ("ing", "")),
+    "a": (("er", ""), ("est", ""), ("er", "e"), ("est", "e")),
+    "r": (),
+}  # fmt: skip
+_POSSESSIVES = ("'s", "\u2019s")
+
+
+@dataclass(frozen=True)
+class GlossSynset:
+    """A synset of any part of speech reduced to what supersense tagging needs."""
+
+    pos: str  # ss_type letter: n, v, a, s (satellite adjective) or r
+    offset: str
+    label: str  # lexicographer file name, e.g. "noun.animal" (satellites: "adj.all", as their file says)
+    lemmas: tuple[str, ...]  # as in the data file, lower-cased, adjective markers removed: "domestic_dog"
+    gloss: str  # the whole gloss, stripped: what the bundled supersense set (and its split) uses
+
+    @property
+    def morph_pos(self) -> str:
+        return "a" if self.pos == "s" else self.pos
+
+
+def read_gloss_synsets(wordnet_dir: Path = WORDNET_DIR) -> list[GlossSynset]:
+    """Every synset of the four data files, in data-file order (noun, verb, adj, adv; by offset)."""
+    lexnames = _samples.read_lexnames()
+    synsets: list[GlossSynset] = []
+    for name in WORDNET_POS:
+        path = _require(wordnet_dir / f"data.{name}", "wordnet-base")
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("  "):  # the license header
+                    continue
+                head, sep, gloss = line.partition(" | ")
+                fields = head.split()
+                try:
+                    w_cnt = int(fields[3], 16)  # the word count is hexadecimal
+                    words = fields[4 : 4 + 2 * w_cnt : 2]
+                    label = lexnames[int(fields[1])]
+                    if not sep or len(words) != w_cnt or fields[2] not in "nvasr":
+                        raise ValueError
+                except (IndexError, ValueError, KeyError):
+                    raise BuildError(f"unexpected line in {path}: {line[:80]!r}") from None
+                lemmas = tuple(dict.fromkeys(_ADJ_MARKER_RE.sub("", w).lower() for w in words))
+                synsets.append(GlossSynset(fields[2], fields[0], label, lemmas, gloss.strip()))
+    return synsets
+
+
+def read_exceptions(wordnet_dir: Path = WORDNET_DIR) -> dict[str, dict[str, tuple[str, ...]]]:
+    """WordNet's irregular forms per part of speech: {"n": {"geese": ("goose",)}, "v": {"ran": ("run",)}}.
+
+    Multi-word entries (underscores) are left out: a collocation is matched word by word, each word
+    through its own forms."""
+    exceptions: dict[str, dict[str, tuple[str, ...]]] = {}
+    for name, pos in WORDNET_POS.items():
+        table: dict[str, tuple[str, ...]] = {}
+        with _require(wordnet_dir / f"{name}.exc", "wordnet-base").open(encoding="utf-8") as f:
+            for line in f:
+                inflected, *bases = line.lower().split()
+                if bases and "_" not in inflected:
+                    table[inflected] = tuple(dict.fromkeys(table.get(inflected, ()) + tuple(bases)))
+        exceptions[pos] = table
+    return exceptions
+
+
+def tokenize(text: str) -> list[str]:
+    """Words of a sentence by TOKEN_RE, original text kept: simple, deterministic, no model needed."""
+    return TOKEN_RE.findall(text)
+
+
+def gloss_examples(gloss: str) -> list[tuple[int, str]]:
+    """(k, sentence) for the k-th double-quoted text of a gloss, stripped, empty ones skipped.
+
+    Quotes pair left to right: the ~20 WordNet glosses with an odd number of quotes yield a stray
+    fragment or two, which the lemma requirement then almost always drops."""
+    return [(k, text.strip()) for k, text in enumerate(_EXAMPLE_RE.findall(gloss)) if text.strip()]
+
+
+class Morphology:
+    """Which base forms a lower-cased word can be an inflection of, per part of speech (memoized)."""
+
+    def __init__(self, exceptions: dict[str, dict[str, tuple[str, ...]]]) -> None:
+        self.exceptions = exceptions
+        self._cache: dict[tuple[str, str], frozenset[str]] = {}
+
+    def bases(self, word: str, pos: str) -> frozenset[str]:
+        """The word itself, its exception-list bases and every morphy suffix rewrite; for nouns also
+        those of the word without a possessive 's. Like morphy, nouns ending in -ss or of 1-2
+        letters are not suffix-stripped (so "as" is no plural of the letter "a")."""
+        key = (word, pos)
+        if key not in self._cache:
+            found = {word, *self.exceptions[pos].get(word, ())}
+            if not (pos == "n" and (word.endswith("ss") or len(word) <= 2)):
+                found.update(word[: -len(suffix)] + ending for suffix, ending in MORPHY_SUFFIXES[pos]
+                             if word.endswith(suffix) and len(word) > len(suffix))  # fmt: skip
+            if pos == "n" and word.endswith(_POSSESSIVES) and len(word) > 2:
+                found |= self.bases(word[:-2], pos)
+            self._cache[key] = frozenset(found)
+        return self._cache[key]
+
+
+def lemma_spans(words: list[str], lemmas: Iterable[tuple[str, ...]], pos: str, morph: Morphology
+                ) -> list[tuple[int, int]]:  # fmt: skip
+    """Non-overlapping [start, end) word spans where a lemma occurs, scanning left to right and trying
+    the longest lemma first at each word: every word of the span equals the lemma's word ignoring
+    case, or is an inflection of it (so "looked up" matches look_up, "attorneys general"
+    attorney_general). Word by word keeps collocations simple; a split one ("looked it up") is missed."""
+    lower = [w.lower() for w in words]
+    candidates = sorted(set(lemmas), key=lambda seq: (-len(seq), seq))
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i < len(lower):
+        for seq in candidates:
+            end = i + len(seq)
+            if end <= len(lower) and all(seq[j] in morph.bases(lower[i + j], pos) for j in range(len(seq))):
+                spans.append((i, end))
+                i = end
+                break
+        else:
+            i += 1
+    return spans
+
+
+def bio_tags(length: int, spans: Iterable[tuple[int, int]], label: str) -> list[str]:
+    tags = ["O"] * length
+    for start, end in spans:
+        tags[start : end] = [f"B-{label}"] + [f"I-{label}"] * (end - start - 1)
+    return tags
+
+
+def entity_types(tags: Iterable[str]) -> list[str]:
+    """The type of every entity of a BIO sequence (one per B- tag; the builder writes no bare I-)."""
+    return [tag[2:] for tag in tags if tag.startswith("B-")]
+
+
+def tagged_examples(synsets: Iterable[GlossSynset], morph: Morphology, stats: dict[str, int],
+                    train_sentences: set[tuple[str, ...]]) -> list[tuple[str, dict]]:  # fmt: skip
+    """(split, row) for every quoted example holding one of its synset's lemmas, in data-file order.
+
+    The words of every example of a train gloss, tagged or not, are added to train_sentences."""
+    out: list[tuple[str, dict]] = []
+    for s in synsets:
+        lemmas = [tuple(w.lower() for w in tokenize(lemma.replace("_", " "))) for lemma in s.lemmas]
+        for k, sentence in gloss_examples(s.gloss):
+            stats["examples"] += 1
+            words = tokenize(sentence)
+            split = split_of(s.gloss)
+            if split == "train":
+                train_sentences.add(tuple(words))
+            spans = lemma_spans(words, (seq for seq in lemmas if seq), s.morph_pos, morph)
+            if not spans:
+                stats["dropped_no_lemma"] += 1
+                continue
+            tags = bio_tags(len(words), spans, s.label)
+            out.append((split, {"tokens": words, "tags": tags, "id": f"{s.pos}{s.offset}-{k}"}))
+    return out
+
+
+def dedupe_examples(examples: list[tuple[str, dict]], stats: dict[str, int],
+                    train_sentences: set[tuple[str, ...]]) -> dict[str, list[dict]]:  # fmt: skip
+    """One row per token sequence: the first in (split train < validation < test, data-file) order.
+
+    WordNet reuses example sentences across synsets: an identical (tokens, tags) row is a plain
+    duplicate; the same words tagged differently (another synset's lemma) or under another split's
+    gloss is a conflict. Preferring train keeps a sentence that some train gloss holds, and so the
+    bundled pre-training corpus, out of validation and test; for the same reason a held-out
+    sentence that is also an (untagged, lemma-less) example of a train gloss is dropped."""
+    order = {split: i for i, split in enumerate(SPLITS)}
+    seen: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+    splits: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    for split, row in sorted(examples, key=lambda sr: order[sr[0]]):  # stable: data-file order within a split
+        key = tuple(row["tokens"])
+        if split != "train" and key in train_sentences and key not in seen:
+            stats["held_out_in_train_glosses"] += 1
+            continue
+        if key in seen:
+            stats["duplicates" if seen[key] == (split, tuple(row["tags"])) else "conflicts"] += 1
+            continue
+        seen[key] = (split, tuple(row["tags"]))
+        splits[split].append(row)
+    return {split: sorted(rows, key=lambda r: _sha1_key(r["id"])) for split, rows in splits.items()}
+
+
+def build_supersense_tagging(wordnet_dir: Path = WORDNET_DIR) -> Task:
+    synsets = read_gloss_synsets(wordnet_dir)
+    morph = Morphology(read_exceptions(wordnet_dir))
+    stats = dict.fromkeys(
+        ("examples", "dropped_no_lemma", "duplicates", "conflicts", "held_out_in_train_glosses"), 0
+    )
+    train_sentences: set[tuple[str, ...]] = set()
+    splits = dedupe_examples(tagged_examples(synsets, morph, stats, train_sentences), stats, train_sentences)
+    return Task(
+        name="supersense-tagging",
+        description="the quoted example sentences of WordNet 3.0 glosses (all parts of speech), tokenized "
+        "into words; the synset's own lemmas (exact, an exception-list form or a morphy suffix form; "
+        "multi-word lemmas word by word) tagged in BIO with its lexicographer file (B-noun.animal, "
+        "I-verb.motion), every other word O; sentences without a lemma dropped; split of the whole "
+        "gloss as in the bundled supersense set",
+        task_type="token_classification",
+        text_pair_column=None,
+        splits=splits,
+        sources=_wordnet_sources(),
+        extra={
+            "tokenizer": TOKEN_RE.pattern,
+            "lemma_forms": "case-insensitive: the lemma word, its bases in noun/verb/adj/adv.exc, or a "
+            "morphy suffix rewrite [suffix, ending] below (not for nouns ending in -ss or of 1-2 letters); "
+            "nouns also with a possessive 's",
+            "morphy_suffixes": {pos: [list(r) for r in rules] for pos, rules in MORPHY_SUFFIXES.items()},
+            "examples": stats["examples"],
+            "sentences_dropped": stats["dropped_no_lemma"],
+            "duplicates_removed": stats["duplicates"],
+            "conflicts_removed": stats["conflicts"],
+            "held_out_in_train_glosses_removed": stats["held_out_in_train_glosses"],
+            "dedupe_rule": "one row per token sequence: the first in (train, validation, test; noun, verb, "
+            "adj, adv data file; offset; example index) order; a validation/test sentence that is also an "
+            "example of a train gloss is dropped",
+        },
+    )
+
+
 # -------------------------------------------------------------------------------- Debian sections
 
 
@@ -782,6 +1030,13 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def label_summary(task: Task) -> dict[str, object]:
+    if task.task_type == "token_classification":
+        types = {split: dict(sorted(Counter(t for row in rows for t in entity_types(row["tags"])).items()))
+                 for split, rows in task.splits.items()}  # fmt: skip
+        return {
+            "entity_counts": {split: sum(c.values()) for split, c in types.items()},
+            "entity_type_counts": types,
+        }
     if task.task_type == "classification":
         counts = {}
         for split, rows in task.splits.items():
@@ -810,9 +1065,7 @@ def task_files(task: Task) -> tuple[dict[str, bytes], bytes]:
         "task": task.name,
         "description": task.description,
         "task_type": task.task_type,
-        "text_column": "text",
-        "text_pair_column": task.text_pair_column,
-        "label_column": "label",
+        **task.columns(),
         "labels": task.labels(),
         "counts": {split: len(task.splits[split]) for split in SPLITS},
         **label_summary(task),
@@ -861,7 +1114,12 @@ def _parse_tasks(value: str) -> list[str]:
 
 def summary_line(task: Task, task_dir: Path, wrote: bool) -> str:
     counts = ", ".join(f"{split} {len(task.splits[split]):,}" for split in SPLITS)
-    if task.task_type == "classification":
+    if task.task_type == "token_classification":
+        entities = Counter(kind for rows in task.splits.values() for row in rows
+                           for kind in entity_types(row["tags"]))  # fmt: skip
+        tags = len(task.labels() or [])
+        labels = f"{sum(entities.values()):,} entities of {len(entities)} types, {tags} tags"
+    elif task.task_type == "classification":
         totals: dict[str, int] = {}
         for rows in task.splits.values():
             for row in rows:
@@ -903,6 +1161,8 @@ def main(argv: list[str] | None = None) -> int:
                 task = build_wordnet_pairs(graph=graph)
             elif name == "wordnet-similarity":
                 task = build_wordnet_similarity(graph=graph)
+            elif name == "supersense-tagging":
+                task = build_supersense_tagging(args.wordnet_dir)
             else:
                 task = build_debian_sections()
             wrote = write_task(task, out_dir, force=args.force)

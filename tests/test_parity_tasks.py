@@ -28,6 +28,14 @@ SCRIPT = REPO_ROOT / "scripts" / "build_parity_tasks.py"
 SPLITS = ("train", "validation", "test")
 PAIR_SIZES = {"train": 12_000, "validation": 2_000, "test": 4_000}
 PAIR_TASKS = ("wordnet-pairs", "wordnet-similarity")
+TOKEN_TASKS = ("supersense-tagging",)
+WORDNET_DIR = Path("/usr/share/wordnet")
+WORDNET_FILES = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}  # id letter -> data.* file
+# supersense-tagging built from wordnet-base 1:3.0-37 (Debian patches glosses, so another version may differ)
+TAGGING_VERSION = "1:3.0-37"
+TAGGING_COUNTS = {"train": 37_925, "validation": 4_590, "test": 4_666}
+TAGGING_ENTITIES = {"train": 38_303, "validation": 4_622, "test": 4_705}
+TAGGING_DROPPED = 1_063
 REQUIRED_SOURCES = {
     Path("/usr/share/wordnet/data.noun"): "wordnet-base",
     Path("/usr/share/man/man7/man.7.gz"): "manpages",
@@ -47,7 +55,7 @@ bpt = _load_script()
 
 
 def _task_names() -> list[str]:
-    names = ["manpages", *PAIR_TASKS]
+    names = ["manpages", *PAIR_TASKS, *TOKEN_TASKS]
     return [*names, "debian-sections"] if bpt.apt_lists_present() else names
 
 
@@ -123,6 +131,8 @@ def test_pair_tasks_have_the_fixed_sizes(tasks: dict[str, dict[str, Any]]) -> No
 
 def test_task_json_describes_columns_and_sorted_labels(tasks: dict[str, dict[str, Any]]) -> None:
     for name, task in tasks.items():
+        if name in TOKEN_TASKS:
+            continue  # test_supersense_tagging_task_json_describes_a_token_task
         meta = task["meta"]
         pair = name in PAIR_TASKS
         assert meta["text_column"] == "text" and meta["label_column"] == "label"
@@ -144,6 +154,8 @@ def test_task_json_describes_columns_and_sorted_labels(tasks: dict[str, dict[str
 
 def test_no_test_text_appears_in_train(tasks: dict[str, dict[str, Any]]) -> None:
     for name, task in tasks.items():
+        if name in TOKEN_TASKS:
+            continue  # test_supersense_tagging_follows_the_gloss_split_rule
         columns = ["text", "text_pair"] if name in PAIR_TASKS else ["text"]
         seen = {split: {row[c] for row in task[split] for c in columns} for split in SPLITS}
         anchors = {split: {row["text"] for row in task[split]} for split in SPLITS}
@@ -267,6 +279,154 @@ def test_held_out_wordnet_definitions_are_not_in_the_bundled_pretraining_corpus(
             assert not texts & in_corpus, (name, split)
 
 
+def _tagging_rows(tasks: dict[str, dict[str, Any]]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """supersense-tagging rows by id, with their split."""
+    task = tasks["supersense-tagging"]
+    return {row["id"]: (split, row) for split in SPLITS for row in task[split]}
+
+
+def _wordnet_glosses() -> dict[str, str]:
+    """(id letter, offset) -> whole stripped gloss, read straight from the data files: "n02084071" -> gloss."""
+    glosses: dict[str, str] = {}
+    for name in sorted(set(WORDNET_FILES.values())):
+        with (WORDNET_DIR / f"data.{name}").open(encoding="utf-8") as f:
+            for line in f:
+                if not line.startswith("  "):
+                    head, _, gloss = line.partition(" | ")
+                    offset, _, letter = head.split()[:3]
+                    glosses[f"{letter}{offset}"] = gloss.strip()
+    return glosses
+
+
+def _entities(tags: list[str]) -> list[tuple[str, int, int]]:
+    """(type, start, end) of each BIO entity; asserts the sequence is well-formed on the way."""
+    spans: list[tuple[str, int, int]] = []
+    for i, tag in enumerate(tags):
+        if tag == "O":
+            continue
+        prefix, _, kind = tag.partition("-")
+        assert prefix in ("B", "I") and kind, tags
+        if prefix == "I":
+            assert i > 0 and tags[i - 1] in (f"B-{kind}", f"I-{kind}"), f"{tag} at {i} of {tags}"
+            spans[-1] = (kind, spans[-1][1], i + 1)
+        else:
+            spans.append((kind, i, i + 1))
+    return spans
+
+
+def test_supersense_tagging_has_the_expected_counts(tasks: dict[str, dict[str, Any]]) -> None:
+    task = tasks["supersense-tagging"]
+    meta = task["meta"]
+    counts = {split: len(task[split]) for split in SPLITS}
+    entities = {split: sum(len(_entities(row["tags"])) for row in task[split]) for split in SPLITS}
+    assert meta["counts"] == counts and meta["entity_counts"] == entities
+    total = sum(counts.values())
+    assert 40_000 <= total <= 55_000 and abs(counts["train"] / total - 0.8) < 0.02, counts
+    assert 0 < meta["sentences_dropped"] < 0.05 * meta["examples"]
+    assert total + meta["sentences_dropped"] + meta["duplicates_removed"] + meta["conflicts_removed"] + meta[
+        "held_out_in_train_glosses_removed"
+    ] == meta["examples"]
+    if meta["sources"]["wordnet-base"] == TAGGING_VERSION:
+        assert counts == TAGGING_COUNTS and entities == TAGGING_ENTITIES
+        assert meta["sentences_dropped"] == TAGGING_DROPPED and len(meta["labels"]) == 89
+
+
+def test_supersense_tagging_rows_are_well_formed_bio_with_an_entity_of_their_synsets_class(
+    tasks: dict[str, dict[str, Any]],
+) -> None:
+    lexfile = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
+    for split in SPLITS:
+        for row in tasks["supersense-tagging"][split]:
+            assert list(row) == ["tokens", "tags", "id"], row
+            assert re.fullmatch(r"[nvasr]\d{8}-\d+", row["id"]), row["id"]
+            tokens, tags = row["tokens"], row["tags"]
+            assert len(tokens) == len(tags) > 0, row["id"]
+            assert all(t and not re.search(r"\s", t) for t in tokens), row["id"]
+            spans = _entities(tags)
+            assert spans, f"{row['id']}: no entity"
+            assert {kind for kind, _, _ in spans} == {spans[0][0]}, f"{row['id']}: one synset, one class"
+            assert spans[0][0].startswith(lexfile[row["id"][0]] + "."), row["id"]
+
+
+def test_supersense_tagging_task_json_describes_a_token_task(tasks: dict[str, dict[str, Any]]) -> None:
+    task = tasks["supersense-tagging"]
+    meta = task["meta"]
+    assert meta["task_type"] == "token_classification"
+    assert meta["tokens_column"] == "tokens" and meta["tags_column"] == "tags"
+    assert "text_column" not in meta and "label_column" not in meta
+    tags = {tag for split in SPLITS for row in task[split] for tag in row["tags"]}
+    assert meta["labels"] == sorted(tags) and "O" in tags
+    types = {tag[2:] for tag in tags if tag != "O"}
+    assert {tag[2:] for tag in tags if tag.startswith("B-")} == types  # every type begins an entity somewhere
+    assert len(types) == 45, sorted(types)  # all lexicographer files: noun.Tops..verb.weather, adj.*, adv.all
+    for split in SPLITS:
+        kinds = Counter(kind for row in task[split] for kind, _, _ in _entities(row["tags"]))
+        assert meta["entity_type_counts"][split] == dict(sorted(kinds.items())), split
+    assert meta["sources"]["wordnet-base"] and meta["sentences_dropped"] > 0
+
+
+def test_supersense_tagging_follows_the_gloss_split_rule(tasks: dict[str, dict[str, Any]]) -> None:
+    glosses = _wordnet_glosses()
+    rows = _tagging_rows(tasks)
+    split_of_gloss: dict[str, str] = {}
+    for row_id, (split, _) in rows.items():
+        gloss = glosses[row_id.split("-")[0]]
+        assert bpt.split_of(gloss) == split, row_id
+        assert split_of_gloss.setdefault(gloss, split) == split, f"{row_id}: its gloss is in two splits"
+    words = {split: {tuple(row["tokens"]) for row in tasks["supersense-tagging"][split]} for split in SPLITS}
+    for split in SPLITS:
+        assert len(words[split]) == len(tasks["supersense-tagging"][split]), f"duplicate sentences in {split}"
+    assert not words["train"] & words["validation"] and not words["train"] & words["test"]
+    assert not words["validation"] & words["test"]
+    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
+        in_corpus = {line.strip() for line in f}
+    held_out = {gloss for gloss, split in split_of_gloss.items() if split != "train"}
+    assert held_out and not held_out & in_corpus
+    assert any(gloss in in_corpus for gloss, split in split_of_gloss.items() if split == "train")
+
+
+def test_supersense_tagging_hand_checked_examples(tasks: dict[str, dict[str, Any]]) -> None:
+    rows = _tagging_rows(tasks)
+    # data.noun 01781698: itch_mite, sarcoptid (05 noun.animal); "itch mites cause scabies":
+    # a two-word lemma whose second word is a regular plural
+    assert rows["n01781698-0"] == (
+        "train",
+        {"tokens": ["itch", "mites", "cause", "scabies"],
+         "tags": ["B-noun.animal", "I-noun.animal", "O", "O"], "id": "n01781698-0"},
+    )  # fmt: skip
+    # data.noun 02075296: carnivore (noun.animal);
+    # "terrestrial carnivores have four or five clawed digits on each limb"
+    _, row = rows["n02075296-0"]
+    assert row["tokens"] == "terrestrial carnivores have four or five clawed digits on each limb".split()
+    assert row["tags"] == ["O", "B-noun.animal"] + ["O"] * 9
+    # data.noun 05563266: foot (noun.body); "his bare feet projected from his trousers": noun.exc feet -> foot
+    _, row = rows["n05563266-0"]
+    assert row["tokens"] == "his bare feet projected from his trousers".split()
+    assert row["tags"] == ["O", "O", "B-noun.body", "O", "O", "O", "O"]
+    # data.verb 02684078: leave_off (verb.stative); "the road leaves off at the edge of the forest"
+    _, row = rows["v02684078-0"]
+    assert row["tokens"][2:4] == ["leaves", "off"]
+    assert row["tags"][2:4] == ["B-verb.stative", "I-verb.stative"]
+
+
+def test_supersense_tagging_tokenizer_and_lemma_matching() -> None:
+    assert bpt.tokenize("he didn't see the well-known dog's tail, did he?") == [
+        "he", "didn't", "see", "the", "well-known", "dog's", "tail", ",", "did", "he", "?"
+    ]  # fmt: skip
+    assert bpt.gloss_examples('a thing; "first one"; "" ; "  second  "') == [(0, "first one"), (2, "second")]
+    morph = bpt.Morphology(bpt.read_exceptions())
+    words = "The Dogs ran after the dog's owners and a dog".split()
+    assert bpt.lemma_spans(words, [("dog",)], "n", morph) == [(1, 2), (5, 6), (9, 10)]
+    assert bpt.lemma_spans("she ran home".split(), [("run",)], "v", morph) == [(1, 2)]  # verb.exc
+    assert bpt.lemma_spans("he looked it up".split(), [("look", "up")], "v", morph) == []  # split collocation
+    lemmas = [("look",), ("look", "up")]  # the longest lemma wins
+    assert bpt.lemma_spans("he looked up the word".split(), lemmas, "v", morph) == [(1, 3)]
+    assert bpt.lemma_spans("as far as".split(), [("a",)], "n", morph) == []  # short nouns are not stripped
+    assert bpt.lemma_spans("the happiest day".split(), [("happy",)], "a", morph) == [(1, 2)]  # adj.exc
+    assert bpt.lemma_spans("the nicest day".split(), [("nice",)], "a", morph) == [(1, 2)]  # -est -> -e
+    assert bpt.bio_tags(4, [(0, 1), (2, 4)], "noun.act") == ["B-noun.act", "O", "B-noun.act", "I-noun.act"]
+
+
 def test_debian_sections_respects_caps_and_section_sizes(tasks: dict[str, dict[str, Any]]) -> None:
     if "debian-sections" not in tasks:
         pytest.skip("no apt package lists (apt-get update) to build debian-sections from")
@@ -296,7 +456,11 @@ def test_a_rebuild_is_byte_identical_and_an_unchanged_task_is_not_rewritten(
 
 @pytest.mark.parametrize(
     ("option", "task", "package"),
-    [("--wordnet-dir", "wordnet-pairs", "wordnet-base"), ("--man-dir", "manpages", "manpages")],
+    [
+        ("--wordnet-dir", "wordnet-pairs", "wordnet-base"),
+        ("--wordnet-dir", "supersense-tagging", "wordnet-base"),
+        ("--man-dir", "manpages", "manpages"),
+    ],
 )
 def test_a_missing_source_is_a_one_line_error_naming_the_package_with_exit_code_2(
     tmp_path: Path, option: str, task: str, package: str

@@ -59,7 +59,7 @@ MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "cls", "mean")
-TASK_TYPES = ("classification", "regression")
+TASK_TYPES = ("classification", "regression", "token_classification")
 
 
 @dataclass
@@ -146,13 +146,15 @@ class DataSection:
 
 @dataclass
 class FinetuneSection:
-    task_type: str = "classification"  # classification | regression
+    task_type: str = "classification"  # classification | regression | token_classification (tagging, e.g. NER)
     train_file: str | None = None  # csv / tsv / jsonl / parquet file, HF dataset dir, or hub name
     validation_file: str | None = None  # evaluated during training; picks the best checkpoint
     test_file: str | None = None  # evaluated once at the end with the best checkpoint
     text_column: str = "text"  # the (first) text column
     text_pair_column: str | None = None  # second text column for pair tasks (NLI, paraphrase)
     label_column: str = "label"  # label column: a name or an integer id (classification), a number (regression)
+    tokens_column: str = "tokens"  # token_classification, jsonl/parquet/HF data: the column of word lists
+    tags_column: str = "tags"  # token_classification, jsonl/parquet/HF data: the column of tag lists (CoNLL files: last column)
     labels: list[str] = field(default_factory=list)  # class names in id order; empty = sorted labels of the train file
     label_map: dict[str, str] = field(default_factory=dict)  # merge raw labels, e.g. {"1": negative, "5": positive}
     class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none

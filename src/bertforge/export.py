@@ -114,9 +114,13 @@ class _PaddedOutput(nn.Module):
 
 
 def _output_name(model: nn.Module) -> str:
-    from bertforge.models import BertforgeForPreTraining, BertforgeForSequenceClassification
+    from bertforge.models import (
+        BertforgeForPreTraining,
+        BertforgeForSequenceClassification,
+        BertforgeForTokenClassification,
+    )
 
-    if isinstance(model, BertforgeForSequenceClassification):
+    if isinstance(model, BertforgeForSequenceClassification | BertforgeForTokenClassification):
         return "logits"
     if isinstance(model, BertforgeForPreTraining):
         return "prediction_logits" if model.nsp else "logits"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -64,6 +65,11 @@ class LoadedModel:
             raise BertforgeError(f"{self.name} is a {type(self.model).__name__} without a classification head; "
                                  "fine-tune it first (`bertforge finetune`) and use the fine-tuned model")
         return self.model
+
+    def is_tagger(self) -> bool:
+        from bertforge.models import BertforgeForTokenClassification
+
+        return isinstance(self.model, BertforgeForTokenClassification)
 
 
 def load_model(reference: str | Path) -> LoadedModel:
@@ -125,6 +131,57 @@ def prediction_rows(loaded: LoadedModel, split: LabeledSplit, batch_size: int = 
             row["probabilities"] = {name: float(p) for name, p in zip(names, probabilities[index], strict=True)}
         rows.append(row)
     return rows
+
+
+@torch.no_grad()
+def entity_rows(loaded: LoadedModel, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
+    """One dict per text with its entities, each {entity_group, score, word, start, end} as
+    `transformers.pipeline("token-classification", aggregation_strategy="first")` gives them.
+
+    Words are the tokenizer's own (whitespace and punctuation split), each tagged by its first
+    sub-word, as the model was trained; an entity's score is the mean of its words' probabilities.
+    """
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    from bertforge.batch import model_inputs
+    from bertforge.data.aligned import collate_tagged, first_pieces
+    from bertforge.data.labeled import bert_tokenizer
+
+    model = loaded.model
+    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
+    tokenizer = bert_tokenizer(loaded.tokenizer(), loaded.max_length)
+    rows: list[dict[str, Any]] = []
+    for begin in range(0, len(texts), batch_size):
+        chunk = list(texts[begin:begin + batch_size])
+        encodings = tokenizer.encode_batch(chunk)
+        starts = [first_pieces(encoding.word_ids) for encoding in encodings]
+        batch = collate_tagged([{"input_ids": np.asarray(encoding.ids, dtype=np.int32), "word_starts": first}
+                                for encoding, first in zip(encodings, starts, strict=True)])
+        probabilities = torch.softmax(model(**model_inputs(batch, extra=("rows",))).logits.float(), dim=-1)
+        scores, tag_ids = probabilities.max(dim=-1)
+        done = 0
+        for text, encoding, first in zip(chunk, encodings, starts, strict=True):
+            count = len(first)
+            tags = [names[i] for i in tag_ids[done:done + count].tolist()]
+            word_scores = scores[done:done + count].tolist()
+            done += count
+            spans = _word_spans(encoding.word_ids, encoding.offsets)
+            entities = []
+            for kind, first_word, last_word in get_entities(tags):
+                start, end = spans[first_word][0], spans[last_word][1]
+                entities.append({"entity_group": kind, "score": float(np.mean(word_scores[first_word:last_word + 1])),
+                                 "word": text[start:end], "start": start, "end": end})
+            rows.append({"text": text, "entities": entities})
+    return rows
+
+
+def _word_spans(word_ids: Sequence[int | None], offsets: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each word's (first character, end character) in the text, in word order."""
+    spans: dict[int, tuple[int, int]] = {}
+    for word, (start, end) in zip(word_ids, offsets, strict=True):
+        if word is not None:
+            spans[word] = (spans[word][0], end) if word in spans else (start, end)
+    return [spans[word] for word in sorted(spans)]
 
 
 def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:

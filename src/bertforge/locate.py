@@ -35,7 +35,9 @@ MODEL_SHAPES = ("a bertforge run directory, its final/ directory, a checkpoint (
 
 
 def resolve_data_file(reference: str | None) -> str | None:
-    """`bundled:supersense/test` -> the bundled file's path; anything else unchanged."""
+    """`bundled:supersense/test` -> the bundled file's path; `~/x` -> the home directory's; anything else unchanged."""
+    if reference is not None and reference.startswith("~"):
+        return str(Path(reference).expanduser())
     if reference is None or not reference.startswith(BUNDLED_PREFIX):
         return reference
     name = reference[len(BUNDLED_PREFIX):]

@@ -1,23 +1,30 @@
-"""`bertforge finetune CONFIG`: classification / regression fine-tuning with the trainer."""
+"""`bertforge finetune CONFIG`: classification, regression or token classification fine-tuning with the trainer."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+from typing import TYPE_CHECKING
 
 from bertforge.commands.common import add_command, add_config_arguments, resolve_config
+
+if TYPE_CHECKING:
+    from bertforge.config import Config
+    from bertforge.train.task import Task
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
-        subparsers, "finetune", help="fine-tune a classifier or regressor on labeled csv/tsv/jsonl/parquet data",
+        subparsers, "finetune", help="fine-tune a classifier, regressor or token tagger on labeled data",
         description="Fine-tune sequence classification (one text or a pair, binary or multi-class, optional "
-                    "class weights and label_map) or regression (STS-B style) from a bertforge run/checkpoint or "
+                    "class weights and label_map), regression (STS-B style) or token classification (NER-style tagging from "
+                    "CoNLL or jsonl files: finetune.task_type=token_classification) from a bertforge run/checkpoint or "
                     "any Hugging Face BERT directory (model.init_from), or from scratch (model.preset + "
                     "model.tokenizer). Batches carry only real tokens. Writes a run directory with metrics, "
                     "checkpoints (the best one by train.best_metric is reloaded at the end), the test report "
-                    "(test_results.json, test_report.md, test_confusion_matrix.png) and final/, a Hugging Face "
+                    "(test_results.json, test_report.md, test_confusion_matrix.png; entity-level precision/recall/F1 by "
+                    "seqeval for tagging) and final/, a Hugging Face "
                     "model that transformers.pipeline loads as is. Works under torchrun.",
         example="""
         bertforge finetune configs/finetune/supersense-minilm.yaml
@@ -31,14 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.config import finetune_defaults
     from bertforge.console import quiet_transformers, stdout_console
-    from bertforge.tasks.classify import ClassificationTask
     from bertforge.train.trainer import Trainer
 
     config = resolve_config(args, base=finetune_defaults())
     if config is None:
         return 0
     quiet_transformers()
-    result = Trainer(config, ClassificationTask(config)).fit()
+    result = Trainer(config, finetune_task(config)).fit()
     if result.stopped_by == "signal" or int(os.environ.get("RANK", "0")) != 0:  # one summary under torchrun
         return result.exit_code
     for path in sorted(result.run_dir.glob("*_results.json")):
@@ -47,3 +53,14 @@ def run(args: argparse.Namespace) -> int:
         stdout_console.print(f"{report['split']}: {shown}", markup=False)
     stdout_console.print(f"run directory: {result.run_dir}  (final model: {result.run_dir / 'final'})", markup=False)
     return 0
+
+
+def finetune_task(config: Config) -> Task:
+    """The task `finetune.task_type` asks for: a token tagger, or a sequence classifier / regressor."""
+    if config.finetune.task_type == "token_classification":
+        from bertforge.tasks.tagging import TokenClassificationTask
+
+        return TokenClassificationTask(config)
+    from bertforge.tasks.classify import ClassificationTask
+
+    return ClassificationTask(config)

@@ -1,4 +1,5 @@
-"""`bertforge predict MODEL --input FILE --out preds.jsonl`: batched, unpadded classification / regression."""
+"""`bertforge predict MODEL --input FILE --out preds.jsonl`: batched, unpadded classification, regression or
+tagging (entities with character spans)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "predict", help="predict labels (with probabilities) or scores for a file of texts",
         description="Run a fine-tuned model over a csv/tsv/jsonl/parquet file (or bundled:supersense/SPLIT) and "
                     "write one JSON line per text: the label, its probability and every class's probability "
-                    "(classification) or the score (regression). MODEL is a run directory, its final/, a "
+                    "(classification), the score (regression), or the entities with their character spans and scores "
+                    "(token classification, as transformers' token-classification pipeline gives them). MODEL is a run directory, its final/, a "
                     "checkpoint, or a bertforge / Hugging Face model directory. Batches are unpadded.",
         example="""
         bertforge predict runs/supersense-minilm --input bundled:supersense/test --out preds.jsonl
@@ -50,14 +52,20 @@ def load_model_for(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
-    from bertforge.inference import prediction_rows, read_inputs, write_jsonl
+    from bertforge.errors import BertforgeError
+    from bertforge.inference import entity_rows, prediction_rows, read_inputs, write_jsonl
     from bertforge.output_paths import output_file
 
     output_file(args.out, "--out", "predictions.jsonl")
     loaded = load_model_for(args)
     split = read_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                         delimiter=args.delimiter)
-    rows = prediction_rows(loaded, split, args.batch_size)
+    if loaded.is_tagger():  # a token classifier: entities with character spans per text
+        if split.text_pairs is not None:
+            raise BertforgeError(f"{loaded.name} tags single texts; drop --text-pair-column")
+        rows = entity_rows(loaded, split.texts, args.batch_size)
+    else:
+        rows = prediction_rows(loaded, split, args.batch_size)
     path = write_jsonl(rows, args.out)
     log.info(f"{len(rows):,} predictions written to {path}")
     return 0

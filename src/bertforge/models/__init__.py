@@ -8,6 +8,7 @@ from bertforge.models.encoder import BertforgeModel, PackedInputs, pack_inputs, 
 from bertforge.models.for_pretraining import BertforgeForPreTraining, PreTrainingOutput
 from bertforge.models.init import init_weights
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model, save_bertforge_model
+from bertforge.models.token_classification import BertforgeForTokenClassification, TokenClassifierOutput
 
 # These need `transformers` (about a second to import): loaded on first use only.
 _LAZY = {"export_hf": "bertforge.models.hf", "from_hf": "bertforge.models.hf",
@@ -25,11 +26,13 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "BertforgeForPreTraining",
     "BertforgeForSequenceClassification",
+    "BertforgeForTokenClassification",
     "BertforgeModel",
     "EncoderConfig",
     "PackedInputs",
     "PreTrainingOutput",
     "SequenceClassifierOutput",
+    "TokenClassifierOutput",
     "encoder_config_from_section",
     "export_hf",
     "from_hf",

@@ -33,9 +33,11 @@ from bertforge.models.serialization import (
     untied_state_dict,
     write_directory_atomically,
 )
+from bertforge.models.token_classification import BertforgeForTokenClassification
 
-BertforgeAny = BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
-TASKS = ("auto", "base", "pretraining", "classification")
+BertforgeAny = (BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
+                | BertforgeForTokenClassification)
+TASKS = ("auto", "base", "pretraining", "classification", "token_classification")
 
 HF_TO_OUR_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                         "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -44,7 +46,7 @@ OUR_TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu"
 # HF class -> the task it is imported as by default (task="auto")
 IMPORTABLE_CLASSES = {
     "BertModel": "base", "BertForMaskedLM": "pretraining", "BertForPreTraining": "pretraining",
-    "BertForSequenceClassification": "classification",
+    "BertForSequenceClassification": "classification", "BertForTokenClassification": "token_classification",
     "ModernBertModel": "base", "ModernBertForMaskedLM": "pretraining",
     "ModernBertForSequenceClassification": "classification",
 }
@@ -86,6 +88,10 @@ def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
                 return None, "HF ModernBERT has no next-sentence-prediction head"
             return "BertForPreTraining", ""
         return f"{prefix}ForMaskedLM", ""
+    if isinstance(model, BertforgeForTokenClassification):
+        if family == "modernbert":
+            return None, "HF ModernBertForTokenClassification has a dense+norm head before its classifier"
+        return "BertForTokenClassification", ""
     pooling = model.config.pooling
     if family == "bert" and pooling != "pooler":
         return None, f"HF BertForSequenceClassification always uses the tanh pooler, not pooling={pooling}"
@@ -158,6 +164,7 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.pooler.dense.bias", "bert.pooler.dense.bias"),
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
+    "BertForTokenClassification": (("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias")),
     "ModernBertModel": (),
     "ModernBertForMaskedLM": (
         ("mlm_head.transform.dense.weight", "head.dense.weight"),
@@ -287,10 +294,11 @@ def hf_config_for(model: BertforgeAny, hf_class: str,
     config = model.config
     common: dict[str, object] = {"architectures": [hf_class], "tie_word_embeddings": config.tie_word_embeddings,
                                  "pad_token_id": special_tokens.get("pad", 0)}
-    if isinstance(model, BertforgeForSequenceClassification):
+    if isinstance(model, BertforgeForSequenceClassification | BertforgeForTokenClassification):
         names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
         common["id2label"] = dict(enumerate(names))
         common["label2id"] = {name: i for i, name in enumerate(names)}
+    if isinstance(model, BertforgeForSequenceClassification):
         common["problem_type"] = ("regression" if model.problem_type == "regression"
                                   else "single_label_classification")
     activation = OUR_TO_HF_ACTIVATION[config.activation]
@@ -360,15 +368,20 @@ def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.Pre
         return BertforgeModel(config, pooler=pooler)
     if task == "pretraining":
         return BertforgeForPreTraining(config, nsp=hf_class == "BertForPreTraining" if nsp is None else nsp)
-    if hf_class.endswith("ForSequenceClassification"):
-        hf_problem = getattr(hf_config, "problem_type", None)
-        if problem_type is None:
-            problem_type = "regression" if hf_problem == "regression" or hf_config.num_labels == 1 else "classification"
+    if hf_class.endswith("ForTokenClassification") or hf_class.endswith("ForSequenceClassification"):
         if num_labels is None:
             num_labels = hf_config.num_labels
         if label_names is None:
             names = [hf_config.id2label[i] for i in range(hf_config.num_labels)]
             label_names = None if names == [f"LABEL_{i}" for i in range(len(names))] else names
+    if task == "token_classification":
+        if num_labels is None:
+            raise BertforgeError(f"{hf_class} has no token classifier: give num_labels (or tag names) for the new head")
+        return BertforgeForTokenClassification(config, num_labels, label_names)
+    if hf_class.endswith("ForSequenceClassification"):
+        hf_problem = getattr(hf_config, "problem_type", None)
+        if problem_type is None:
+            problem_type = "regression" if hf_problem == "regression" or hf_config.num_labels == 1 else "classification"
     if num_labels is None and problem_type != "regression":
         raise BertforgeError(f"{hf_class} has no classifier: give num_labels (or label names) for the new head")
     return BertforgeForSequenceClassification(config, num_labels or 1, problem_type or "classification", label_names)
@@ -384,6 +397,8 @@ def _import_pairs(model: BertforgeAny) -> list[KeyPair]:
                 for ours, theirs in bare]  # type: ignore[misc]
     if isinstance(model, BertforgeForPreTraining):
         return key_pairs(model.config, "BertForPreTraining" if bert else "ModernBertForMaskedLM")
+    if isinstance(model, BertforgeForTokenClassification):
+        return key_pairs(model.config, "BertForTokenClassification")
     return key_pairs(model.config, "BertForSequenceClassification" if bert else "ModernBertForSequenceClassification")
 
 

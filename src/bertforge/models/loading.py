@@ -23,8 +23,9 @@ from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.heads import Pooler
 from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model
+from bertforge.models.token_classification import BertforgeForTokenClassification
 
-TASKS = ("base", "pretraining", "classification")
+TASKS = ("base", "pretraining", "classification", "token_classification")
 # The model fields a run may set when it starts from a saved model: they change no weight's shape.
 # (Every other `model.*` field comes from the saved model.)
 RUNTIME_FIELDS = ("hidden_dropout", "attention_dropout", "classifier_dropout", "attention_backend", "pooling")
@@ -46,7 +47,9 @@ def load_model_directory(path: Path) -> BertforgeAny:
 def load_for_task(reference: str | Path, task: str, *, nsp: bool = False, num_labels: int | None = None,
                   problem_type: str = "classification", label_names: list[str] | None = None,
                   config_overrides: dict[str, object] | None = None) -> BertforgeAny:
-    """A model for `task` (base | pretraining | classification) initialised from the model `reference` names."""
+    """A model for `task` (base | pretraining | classification | token_classification) initialised from the
+    model `reference` names (`num_labels`/`label_names` size a classifier's head; `problem_type` and `nsp`
+    apply to sequence classification and pre-training only)."""
     if task not in TASKS:
         raise ConfigError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     location = resolve_model(reference)
@@ -57,6 +60,11 @@ def load_for_task(reference: str | Path, task: str, *, nsp: bool = False, num_la
         target = BertforgeModel(config, pooler=_pooler(source) is not None)
     elif task == "pretraining":
         target = BertforgeForPreTraining(config, nsp=nsp)
+    elif task == "token_classification":
+        if not label_names and num_labels is None:
+            raise ConfigError("a token classifier needs its tags: set finetune.labels or let them be read from the "
+                              "train file")
+        target = BertforgeForTokenClassification(config, num_labels or len(label_names or []), label_names)
     else:
         if problem_type == "classification" and num_labels is None:
             num_labels = len(label_names) if label_names else None
@@ -85,6 +93,8 @@ def _pooler(model: BertforgeAny) -> Pooler | None:
         return model.nsp_head.pooler if model.nsp_head is not None else None
     if isinstance(model, BertforgeForSequenceClassification):
         return model.head.pooler
+    if isinstance(model, BertforgeForTokenClassification):
+        return None  # BertForTokenClassification has no pooler
     return model.pooler
 
 
@@ -103,3 +113,6 @@ def _transfer(source: BertforgeAny, target: BertforgeAny) -> None:
             and isinstance(target, BertforgeForSequenceClassification)
             and source.head_arguments() == target.head_arguments() and source.config.pooling == target.config.pooling):
         target.head.load_state_dict(source.head.state_dict())
+    if (isinstance(source, BertforgeForTokenClassification) and isinstance(target, BertforgeForTokenClassification)
+            and source.head_arguments() == target.head_arguments()):
+        target.classifier.load_state_dict(source.classifier.state_dict())

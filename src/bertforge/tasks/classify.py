@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bertforge.batch import model_inputs
-from bertforge.config import Config
+from bertforge.config import Config, FinetuneSection
 from bertforge.console import console, log
 from bertforge.data.labeled import LabeledDataset, collate_unpadded
 from bertforge.data.labels import LabeledData, LabeledSplit, load_labeled_data
@@ -85,18 +85,21 @@ class ClassificationTask(Task):
         raise ConfigError("a model trained from scratch needs model.tokenizer (a tokenizer directory, e.g. from "
                           "`bertforge tokenizer train`), or set model.init_from to a pre-trained model")
 
-    def _read_data(self) -> LabeledData:
+    def _with_resolved_files(self) -> FinetuneSection:
+        """`finetune.*` with its data files resolved (bundled sample names, `~`, fsspec URLs)."""
         section = self.config.finetune
-        resolved = dataclasses.replace(section, train_file=resolve_data_file(section.train_file),
-                                       validation_file=resolve_data_file(section.validation_file),
-                                       test_file=resolve_data_file(section.test_file))
-        return load_labeled_data(resolved)
+        return dataclasses.replace(section, train_file=resolve_data_file(section.train_file),
+                                   validation_file=resolve_data_file(section.validation_file),
+                                   test_file=resolve_data_file(section.test_file))
+
+    def _read_data(self) -> LabeledData:
+        return load_labeled_data(self._with_resolved_files())
 
     def build_datasets(self) -> TaskData:
         if self.labeled is None:
             self.labeled = self._read_data()
         data = self.labeled
-        self._check_best_metric(data.task_type, data.label_names)
+        self._check_best_metric()
         max_length = self.config.finetune.max_length
         tokenizer = self.tokenizer_dir()
         train = LabeledDataset(data.train, tokenizer, max_length)
@@ -109,13 +112,16 @@ class ClassificationTask(Task):
         return TaskData(train=train, collate=collate_unpadded, validation=validation,
                         tokens_per_sample=train.num_tokens / len(train))
 
-    def _check_best_metric(self, task_type: str, label_names: list[str]) -> None:
+    def _check_best_metric(self) -> None:
+        """Before the first step: a misspelt or wrong-way `train.best_metric` is a config error, not a
+        run that keeps the wrong checkpoint. Needs the data read (`metric_names` depends on it)."""
         metric = self.config.train.best_metric
         if metric is None:
             return
-        available = metric_names(task_type, len(label_names)) | {"loss"}
+        available = self.metric_names()
         if metric not in available:
-            raise ConfigError(f"train.best_metric is {metric!r}, which {task_type} evaluation does not report; "
+            raise ConfigError(f"train.best_metric is {metric!r}, which {self.config.finetune.task_type} evaluation "
+                              "does not report; "
                               f"choose one of {', '.join(sorted(available))}")
         if self.config.train.best_mode != best_mode(metric):  # it would keep the worst checkpoint
             raise ConfigError(f"train.best_mode is {self.config.train.best_mode} but a better {metric} is "
@@ -136,11 +142,14 @@ class ClassificationTask(Task):
 
             encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
             model = BertforgeForSequenceClassification(encoder, data.num_labels, data.task_type, label_names)
+        self._check_positions(model)
+        return model
+
+    def _check_positions(self, model: nn.Module) -> None:
         positions = model.config.max_position_embeddings
         if model.config.position == "learned" and self.config.finetune.max_length > positions:
             raise ConfigError(f"finetune.max_length is {self.config.finetune.max_length} but the model has learned "
                               f"positions for {positions} tokens; set finetune.max_length <= {positions}")
-        return model
 
     def _model_from(self, reference: str, task_type: str, num_labels: int, label_names: list[str] | None) -> nn.Module:
         """The encoder (and BERT's pooler) of any saved model, with a fresh head for our labels."""

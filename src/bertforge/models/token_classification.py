@@ -1,0 +1,72 @@
+"""The token classification model (NER, supersense tagging): encoder + a per-token linear head.
+
+Only the first sub-word of each word carries a label (the `run_ner.py` convention), so a batch
+names those tokens (`rows`) and the encoder's last layer computes only them (`BertforgeModel.encode`
+with rows): on supersense tagging about 70% of the tokens are labeled, and [CLS], [SEP] and the
+continuation pieces skip the last layer's MLP. The head is `BertForTokenClassification`'s — dropout,
+then one linear layer — so the model exports to that stock class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.errors import ConfigError
+from bertforge.models.config import EncoderConfig
+from bertforge.models.dropout import Dropout
+from bertforge.models.encoder import BertforgeModel, pack_inputs
+from bertforge.models.init import init_weights
+from bertforge.models.serialization import SavableModel
+
+IGNORED_LABEL = -100  # a token that is not the first piece of a word (torch's and transformers' convention)
+
+
+@dataclass
+class TokenClassifierOutput:
+    logits: torch.Tensor  # [rows, num_labels]: the `rows` asked for, or every token
+    loss_sum: torch.Tensor | None = None  # summed cross-entropy over the labeled rows
+    correct: torch.Tensor | None = None  # labeled rows predicted right
+
+
+class BertforgeForTokenClassification(SavableModel, nn.Module):
+    def __init__(self, config: EncoderConfig, num_labels: int, label_names: list[str] | None = None):
+        super().__init__()
+        if num_labels < 2:
+            raise ConfigError(f"token classification needs at least 2 tags, got {num_labels}; check the tags of "
+                              "finetune.train_file or finetune.labels")
+        if label_names is not None and len(label_names) != num_labels:
+            raise ConfigError(f"{len(label_names)} tag names for {num_labels} tags; give one name per tag")
+        self.config = config
+        self.num_labels = num_labels
+        self.label_names = list(label_names) if label_names is not None else None
+        self.encoder = BertforgeModel(config)
+        self.dropout = Dropout(config.effective_classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        init_weights(self.classifier, config)
+
+    def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
+                position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                rows: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, num_samples: int | None = None) -> TokenClassifierOutput:
+        """Logits of the tokens in `rows` (indices into the unpadded tokens; None = every token).
+
+        `labels` has one entry per returned row; IGNORED_LABEL entries count in neither loss nor
+        accuracy. `num_samples` is unused (a batch field the trainer passes through).
+        """
+        packed = pack_inputs(input_ids, cu_seqlens, max_seqlen, position_ids, token_type_ids, attention_mask)
+        hidden = self.encoder.encode(packed, rows)
+        logits = self.classifier(self.dropout(hidden))
+        output = TokenClassifierOutput(logits)
+        if labels is None:
+            return output
+        output.loss_sum = F.cross_entropy(logits.float(), labels, ignore_index=IGNORED_LABEL, reduction="sum")
+        labeled = labels != IGNORED_LABEL
+        output.correct = (logits.argmax(dim=-1)[labeled] == labels[labeled]).sum()
+        return output
+
+    def head_arguments(self) -> dict[str, object]:
+        return {"num_labels": self.num_labels, "label_names": self.label_names}

@@ -1,0 +1,165 @@
+"""Token classification fine-tuning (`finetune.task_type: token_classification`): NER, supersense tagging.
+
+A `ClassificationTask` in everything but the data, the head and the metrics: the same tokenizer
+and model reference resolution, checkpoints as model directories, best-checkpoint reload and
+export. Sentences come as words with one tag each (`data.tagged`: CoNLL files, jsonl, parquet, HF
+datasets), each word is labeled on its first sub-word (`data.aligned`), and only those rows reach
+the head. The loss is summed over labeled words and divided by the labeled words of the global
+batch, so accumulation and data parallelism give the step one big batch would. Validation and
+the final test report use `seqeval`'s entity-level precision/recall/F1 (`tasks.entity_metrics`);
+`final/` is a `BertForTokenClassification` that `transformers.pipeline("token-classification")` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.batch import model_inputs
+from bertforge.console import console, log
+from bertforge.data.aligned import TaggedDataset, collate_tagged
+from bertforge.data.tagged import TaggedData, TaggedSplit, load_tagged_data
+from bertforge.locate import resolve_model
+from bertforge.tasks.classify import ClassificationTask
+from bertforge.tasks.entity_metrics import ENTITY_METRICS, entity_metrics, per_type_report, tag_sequences
+from bertforge.tasks.evaluation import EvaluationReport, metrics_line, write_evaluation
+from bertforge.train.map_style import iterate_once
+from bertforge.train.task import Batch, TaskData
+
+LOSS_UNIT = "labeled_words"
+TASK_TYPE = "token_classification"
+
+
+class TokenClassificationTask(ClassificationTask):
+    """Fine-tune a token classifier on `finetune.*` tagged files, from `model.init_from` or from scratch."""
+
+    def __init__(self, config) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(config)
+        self.tagged: TaggedData | None = None
+
+    # --- data -----------------------------------------------------------------------------------
+
+    def build_datasets(self) -> TaskData:
+        section = self.config.finetune
+        if self.tagged is None:
+            self.tagged = load_tagged_data(self._with_resolved_files(), tokens_column=section.tokens_column,
+                                           tags_column=section.tags_column)
+        self._check_best_metric()
+        tokenizer = self.tokenizer_dir()
+        train = TaggedDataset(self.tagged.train, tokenizer, section.max_length)
+        validation = self.tagged.validation
+        validation_set = TaggedDataset(validation, tokenizer, section.max_length) if validation is not None else None
+        for dataset in (train, validation_set):
+            if dataset is not None and dataset.words_cut:
+                log.warning(f"{dataset.source}: {dataset.words_cut:,} words lie beyond finetune.max_length="
+                            f"{section.max_length} tokens and are neither trained on nor scored; raise "
+                            "finetune.max_length to keep them")
+        entity_types = sorted({name.split("-", 1)[1] for name in self.tagged.tag_names if name != "O"})
+        log.info(f"token classification data: {len(train):,} training sentences ({len(train.word_starts):,} "
+                 f"labeled words, {train.num_tokens / max(len(train), 1):.1f} tokens on average, no padding), "
+                 f"{len(validation_set) if validation_set else 0:,} validation, {len(self.tagged.tag_names)} tags "
+                 f"of {len(entity_types)} entity types")
+        return TaskData(train=train, collate=collate_tagged, validation=validation_set,
+                        tokens_per_sample=train.num_tokens / max(len(train), 1))
+
+    @property
+    def tag_names(self) -> list[str]:
+        assert self.tagged is not None, "build_datasets() comes first"
+        return self.tagged.tag_names
+
+    # --- model ----------------------------------------------------------------------------------
+
+    def build_model(self) -> nn.Module:
+        section = self.config.model
+        if section.init_from:
+            from bertforge.models.loading import load_for_task, runtime_overrides
+
+            model = load_for_task(resolve_model(section.init_from).path, TASK_TYPE, label_names=self.tag_names,
+                                  config_overrides=runtime_overrides(section))
+        else:
+            from bertforge.data.tokenizer import load_tokenizer
+            from bertforge.models import BertforgeForTokenClassification, encoder_config_from_section
+
+            encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
+            model = BertforgeForTokenClassification(encoder, len(self.tag_names), self.tag_names)
+        self._check_positions(model)
+        return model
+
+    # --- training -------------------------------------------------------------------------------
+
+    def loss_units(self, batch: Batch) -> dict[str, float]:
+        return {LOSS_UNIT: float(batch["rows"].numel())}
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        output = model(**model_inputs(batch, extra=("rows",)), labels=batch["labels"])
+        loss = output.loss_sum / batch["global_loss_units"][LOSS_UNIT]
+        return loss, {"accuracy": float(output.correct) / max(batch["rows"].numel(), 1)}
+
+    def metric_names(self) -> set[str]:
+        return set(ENTITY_METRICS) | {"loss"}
+
+    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        gold, predicted, loss = predict_tags(model, batches, self.tag_names)
+        return entity_metrics(gold, predicted) | {"loss": loss}
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def final_splits(self) -> dict[str, TaggedSplit]:  # type: ignore[override]
+        assert self.tagged is not None
+        if self.tagged.test is not None:
+            return {"test": self.tagged.test}
+        return {"validation": self.tagged.validation} if self.tagged.validation is not None else {}
+
+    def save_final(self, model: nn.Module, directory: Path) -> None:
+        """Evaluate the final splits with the (best) model, then export `final/` in Hugging Face format."""
+        from bertforge.models.hf import export_hf
+
+        model.eval()
+        tokenizer = self.tokenizer_dir()
+        for name, split in self.final_splits().items():
+            dataset = TaggedDataset(split, tokenizer, self.config.finetune.max_length)
+            report = evaluate_tagged(model, dataset, name, self.config.train.micro_batch_size)
+            written = write_evaluation(report, directory.parent)
+            log.info(f"{name} ({len(dataset):,} sentences): {metrics_line(report.metrics)}")
+            log.info(f"{name} report: {', '.join(str(p) for p in written)}")
+            if len(report.per_class) <= 12:
+                from bertforge.tasks.metrics import per_class_table
+
+                console.print(per_class_table(report.per_class, title=f"{name}: per entity type"))
+        export_hf(model, tokenizer, directory)
+
+
+@torch.no_grad()
+def predict_tags(model: nn.Module, batches: Iterable[Batch], tag_names: list[str]
+                 ) -> tuple[list[list[str]], list[list[str]], float]:
+    """Gold and predicted tags per sentence (words within max_length), and the mean loss per labeled word."""
+    device = next(model.parameters()).device
+    predicted_ids: list[np.ndarray] = []
+    gold_ids: list[np.ndarray] = []
+    words: list[int] = []
+    loss_sum, count = 0.0, 0
+    for batch in batches:
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                  for k, v in model_inputs(batch, extra=("rows",)).items()}
+        labels = batch["labels"].to(device)
+        output = model(**inputs, labels=labels)
+        predicted_ids.append(output.logits.argmax(dim=-1).cpu().numpy())
+        gold_ids.append(batch["labels"].numpy())
+        words += batch["words_per_sample"]
+        loss_sum, count = loss_sum + float(output.loss_sum), count + int(labels.numel())
+    gold = tag_sequences(np.concatenate(gold_ids), words, tag_names)
+    predicted = tag_sequences(np.concatenate(predicted_ids), words, tag_names)
+    return gold, predicted, loss_sum / max(count, 1)
+
+
+def evaluate_tagged(model: nn.Module, dataset: TaggedDataset, split: str, batch_size: int) -> EvaluationReport:
+    """Entity metrics, loss and the per-type report of `model` on a tagged dataset."""
+    gold, predicted, loss = predict_tags(model, iterate_once(dataset, collate_tagged, batch_size), dataset.tag_names)
+    metrics = entity_metrics(gold, predicted) | {"loss": loss, "examples": float(len(dataset))}
+    entity_types = sorted({name.split("-", 1)[1] for name in dataset.tag_names if name != "O"})
+    return EvaluationReport(split, dataset.source, TASK_TYPE, entity_types, metrics, per_type_report(gold, predicted),
+                            None)
