@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.finetuning import QUIET_RUN, metrics_records, minilm_dir
+from helpers.finetuning import QUIET_RUN, TINY_MODEL, metrics_records, minilm_dir
 
 from bertforge.cli import main
-from bertforge.config import load_config
+from bertforge.config import config_to_yaml, load_config
 from bertforge.data.aligned import TaggedDataset, collate_tagged, first_pieces
 from bertforge.data.tagged import TaggedSplit
 from bertforge.tasks.entity_metrics import entity_metrics, per_type_report
@@ -130,18 +130,25 @@ def _slice(source: Path, target: Path, rows: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tagger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tagging")
+def tagging_data(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """finetune.* overrides: slices of the real supersense-tagging task, with the task's whole tag list."""
+    root = tmp_path_factory.mktemp("tagging-data")
     task = _build_tagging_task(root / "tasks")
     files = {split: _slice(task / f"{split}.jsonl", root / f"{split}.jsonl", rows)
              for split, rows in (("train", 640), ("validation", 64), ("test", 96))}
-    # the whole task's tags: a slice of the train split lacks some that validation and test have
+    # a slice of the train split lacks some of the tags that validation and test have
     tags = json.loads((task / "task.json").read_text())["labels"]
+    return ["finetune.task_type=token_classification", f"finetune.train_file={files['train']}",
+            f"finetune.validation_file={files['validation']}", f"finetune.test_file={files['test']}",
+            f"finetune.labels=[{','.join(tags)}]"]
+
+
+@pytest.fixture(scope="module")
+def tagger_run(tagging_data: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tagging")
+    (root / "test.jsonl").write_text(Path(tagging_data[3].split("=", 1)[1]).read_text())
     config = load_config(None, [
-        f"run.output_dir={root}", "run.name=tagger", *QUIET_RUN, "model.init_from=all-MiniLM-L6-v2",
-        "finetune.task_type=token_classification", f"finetune.train_file={files['train']}",
-        f"finetune.validation_file={files['validation']}", f"finetune.test_file={files['test']}",
-        f"finetune.labels=[{','.join(tags)}]",
+        f"run.output_dir={root}", "run.name=tagger", *QUIET_RUN, "model.init_from=all-MiniLM-L6-v2", *tagging_data,
         "finetune.max_length=64", "optim.lr=3e-4", "optim.betas=[0.9,0.999]", "optim.eps=1e-8",
         "schedule.name=linear", "schedule.warmup=0.1", "train.micro_batch_size=32", "train.global_batch_size=32",
         "train.max_epochs=1", "train.eval_every=10", "train.checkpoint_every=10", "train.best_metric=f1",
@@ -213,3 +220,29 @@ def test_a_checkpoint_of_the_tagger_loads_as_a_tagger_and_continues_with_its_hea
     assert isinstance(exported, BertforgeForTokenClassification)
     assert exported.label_names == saved.label_names
     assert np.isfinite(exported.classifier.weight.detach().numpy()).all()
+
+
+def test_two_ranks_tag_like_one_process(tagging_data: list[str], tmp_path: Path) -> None:
+    """torchrun with 2 ranks: the labeled-word loss units are summed over ranks, so each step is one process's."""
+    import os
+    import subprocess
+
+    overrides = [*QUIET_RUN, *TINY_MODEL, f"model.tokenizer={minilm_dir()}", "model.hidden_dropout=0",
+                 "model.attention_dropout=0", "model.classifier_dropout=0", *tagging_data, "finetune.max_length=64",
+                 "optim.lr=1e-3", "train.micro_batch_size=16", "train.global_batch_size=32", "train.max_steps=4",
+                 "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=100"]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    runs = {}
+    for nproc in (1, 2):
+        run_dir = tmp_path / f"ranks-{nproc}"
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
+            if nproc > 1 else [sys.executable]
+        config = tmp_path / f"{run_dir.name}.yaml"
+        config.write_text(config_to_yaml(load_config(None, [*overrides, f"run.output_dir={tmp_path}",
+                                                            f"run.name={run_dir.name}"])))
+        done = subprocess.run([*launcher, "-m", "bertforge.cli", "-q", "finetune", str(config)],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        runs[nproc] = [r["loss"] for r in metrics_records(run_dir, "train")]
+    assert len(runs[1]) == 4
+    assert runs[2] == pytest.approx(runs[1], rel=1e-5, abs=1e-6)
