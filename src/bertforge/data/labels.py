@@ -49,10 +49,12 @@ def _is_integer(text: str) -> bool:
 class LabelSet:
     """Class names in id order; turns raw labels (a name or an integer id) into class ids."""
 
+    ITEM = "class"  # what one name is, in messages
+
     def __init__(self, names: Sequence[str], origin: str = "finetune.labels") -> None:
         duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
         if duplicates:
-            raise ConfigError(f"finetune.labels lists {', '.join(duplicates)} more than once; give each class once")
+            raise ConfigError(f"{origin} lists {', '.join(duplicates)} more than once; give each {self.ITEM} once")
         self.names = [str(n) for n in names]
         self.origin = origin  # where the list came from, for error messages
         self._ids = {name: i for i, name in enumerate(self.names)}

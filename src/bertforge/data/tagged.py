@@ -30,13 +30,12 @@ file:line, what is wrong and what to do.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertforge.data.labels import _check_columns, setting_name
+from bertforge.data.labels import LabelSet, _check_columns, setting_name
 from bertforge.data.records import (
     HUB_PREFIX,
     SAVED_DATASET_MARKERS,
@@ -81,19 +80,11 @@ def sorted_tags(tags: Iterable[str]) -> list[str]:
     return (["O"] if "O" in distinct else []) + others
 
 
-class TagSet:
-    """Tag names in id order, and where the list came from (for error messages)."""
+class TagSet(LabelSet):
+    """Tag names in id order, and where the list came from (for error messages). Unlike a class label,
+    a tag is always its name: an integer is never read as an id here (ids are `read_tagged_file`'s)."""
 
-    def __init__(self, names: Sequence[str], origin: str = "finetune.labels") -> None:
-        duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
-        if duplicates:
-            raise ConfigError(f"{origin} lists {', '.join(duplicates)} more than once; give each tag once")
-        self.names = [str(n) for n in names]
-        self.origin = origin
-        self._ids = {name: i for i, name in enumerate(self.names)}
-
-    def __len__(self) -> int:
-        return len(self.names)
+    ITEM = "tag"
 
     def id_of(self, tag: str) -> int | None:
         return self._ids.get(tag)
