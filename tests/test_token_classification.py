@@ -246,3 +246,20 @@ def test_two_ranks_tag_like_one_process(tagging_data: list[str], tmp_path: Path)
         runs[nproc] = [r["loss"] for r in metrics_records(run_dir, "train")]
     assert len(runs[1]) == 4
     assert runs[2] == pytest.approx(runs[1], rel=1e-5, abs=1e-6)
+
+
+def test_evaluate_scores_a_tagger_on_a_conll_file_and_names_the_line_of_an_unknown_tag(
+        tagger_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [json.loads(line) for line in (tagger_run.parent / "test.jsonl").read_text().splitlines()][:20]
+    conll = tmp_path / "test.conll"
+    conll.write_text("".join("".join(f"{w}\t{t}\n" for w, t in zip(r["tokens"], r["tags"], strict=True)) + "\n"
+                             for r in rows), encoding="utf-8")
+    out = tmp_path / "report"
+    assert main(["evaluate", str(tagger_run), "--data", str(conll), "--split-name", "held", "--out-dir", str(out)]) == 0
+    report = json.loads((out / "held_results.json").read_text())
+    assert report["metrics"]["examples"] == 20 and {"f1", "precision", "recall", "accuracy"} <= set(report["metrics"])
+    assert report["per_class"] and "per entity type" in capsys.readouterr().out
+    conll.write_text("The\tO\ndog\tB-noun.dragon\n\n", encoding="utf-8")
+    assert main(["evaluate", str(tagger_run), "--data", str(conll)]) == 2
+    error = capsys.readouterr().err
+    assert f"{conll}:2" in error and "B-noun.dragon" in error

@@ -223,6 +223,24 @@ def evaluate_file(loaded: LoadedModel, data: str | Path, *, split: str = "evalua
     return evaluate_dataset(classifier, dataset, split, batch_size)
 
 
+def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = "evaluation",
+                         tokens_column: str = "tokens", tags_column: str = "tags",
+                         batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
+    """A token classifier on a tagged file read against the model's own tags (an unknown tag names its line)."""
+    from bertforge.data.aligned import TaggedDataset
+    from bertforge.data.tagged import read_tagged_split
+    from bertforge.locate import resolve_data_file
+    from bertforge.tasks.tagging import evaluate_tagged
+
+    model = loaded.model
+    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
+    tagged = read_tagged_split(resolve_data_file(str(data)) or str(data), names, tokens_column=tokens_column,
+                               tags_column=tags_column, origin=f"the model's tags ({loaded.name})",
+                               cli_flags=True)
+    dataset = TaggedDataset(tagged, loaded.tokenizer(), loaded.max_length)
+    return evaluate_tagged(model, dataset, split, batch_size)
+
+
 # ---------------------------------------------------------------------------------------------
 # fill-mask
 

@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "accuracy, macro F1, Matthews correlation (and binary F1 with two classes), or Pearson, "
                     "Spearman and MSE for regression, plus per-class precision/recall and the confusion matrix. "
                     "Prints the tables; with --out-dir also writes <split>_results.json, <split>_report.md and "
-                    "<split>_confusion_matrix.png. A label the model does not know is an error naming its line.",
+                    "<split>_confusion_matrix.png. A label the model does not know is an error naming its line. A token "
+                    "classifier is scored on a tagged file (CoNLL or jsonl) with seqeval's entity-level "
+                    "precision/recall/F1, word accuracy and the per-type table.",
         example="""
         bertforge evaluate runs/supersense-minilm --data bundled:supersense/test
         bertforge evaluate runs/sts/final --data dev.tsv --text-column sentence1 --text-pair-column sentence2 \\
@@ -26,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
     parser.add_argument("--data", required=True, help="labeled csv/tsv/jsonl/parquet file or bundled:supersense/SPLIT")
     parser.add_argument("--label-column", default="label", help="column with the label or score (default: label)")
+    parser.add_argument("--tokens-column", default="tokens",
+                        help="token classifiers, jsonl/parquet data: the column of word lists (default: tokens)")
+    parser.add_argument("--tags-column", default="tags",
+                        help="token classifiers, jsonl/parquet data: the column of tag lists (default: tags; CoNLL "
+                             "files: the last column)")
     parser.add_argument("--split-name", default="evaluation", help="name used in the tables and file names")
     parser.add_argument("--out-dir", default=None, help="also write the report files into this directory")
     add_input_arguments(parser)
@@ -36,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bertforge.console import log, stdout_console
-    from bertforge.inference import evaluate_file
+    from bertforge.inference import evaluate_file, evaluate_tagged_file
     from bertforge.output_paths import output_directory
     from bertforge.tasks.evaluation import write_evaluation
     from bertforge.tasks.metrics import confusion_table, per_class_table
@@ -44,9 +51,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out_dir:
         output_directory(args.out_dir, "--out-dir")
     loaded = load_model_for(args)
-    report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
-                           text_pair_column=args.text_pair_column, label_column=args.label_column,
-                           delimiter=args.delimiter, batch_size=args.batch_size)
+    if loaded.is_tagger():
+        report = evaluate_tagged_file(loaded, args.data, split=args.split_name, tokens_column=args.tokens_column,
+                                      tags_column=args.tags_column, batch_size=args.batch_size)
+    else:
+        report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
+                               text_pair_column=args.text_pair_column, label_column=args.label_column,
+                               delimiter=args.delimiter, batch_size=args.batch_size)
     table = Table(title=f"{report.split}: {int(report.metrics['examples']):,} examples from {report.source}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -54,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         if name != "examples":
             table.add_row(name, f"{value:.4f}")
     stdout_console.print(table)
+    if report.confusion is None and report.per_class:  # a tagger's entity types
+        stdout_console.print(per_class_table(report.per_class, title=f"{report.split}: per entity type"))
     if report.confusion is not None:
         stdout_console.print(per_class_table(report.per_class, title=f"{report.split}: per-class metrics"))
         if len(report.label_names) <= PRINTED_CONFUSION_CLASSES:
