@@ -212,10 +212,22 @@ def test_a_best_metric_the_task_does_not_report_or_the_wrong_direction_is_a_conf
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "finetune").glob("*.yaml")),
                          ids=lambda p: p.name)
 def test_the_shipped_fine_tuning_configs_load(path: Path) -> None:
+    """Each recipe resolves, trains on the bundled set or on a task `scripts/build_parity_tasks.py` builds,
+    and keeps its best checkpoint by a metric its task reports, in the direction that metric improves."""
     from bertforge.config import load_config
+    from bertforge.tasks.entity_metrics import ENTITY_METRICS
+    from bertforge.tasks.metrics import best_mode, metric_names
 
     config = load_config(path)
-    assert config.finetune.train_file == "bundled:supersense/train" and config.train.best_metric == "accuracy"
+    section = config.finetune
+    if section.task_type == "token_classification":
+        assert section.train_file == "~/.cache/bertforge/tasks/supersense-tagging/train.jsonl"
+        reported = set(ENTITY_METRICS)
+    else:
+        assert section.train_file == "bundled:supersense/train"
+        reported = metric_names(section.task_type, num_labels=45)
+    assert config.train.best_metric in reported
+    assert config.train.best_mode == best_mode(config.train.best_metric)
 
 
 # ---------------------------------------------------------------------------------------------
