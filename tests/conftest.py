@@ -65,6 +65,18 @@ def tokenizer_dir(corpus_slice: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="session")
+def prepared_corpus(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`corpus_slice` tokenized by `tokenizer_dir` into shards (`bertforge prepare pretrain`'s defaults, NSP pairs
+    on, 90/10 train/validation split). Read-only: a test that damages a shard copies it first."""
+    from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
+
+    out = tmp_path_factory.mktemp("prepared") / "corpus"
+    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, out, PrepareSettings(nsp=True, split=(9, 1)),
+                             workers=0, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """all-MiniLM-L6-v2's directory (weights and tokenizer); skips when its package is missing."""
     from helpers import finetuning

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import itertools
 from collections.abc import Iterable
 from pathlib import Path
@@ -12,28 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.data.bundled import corpus_path
-from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
 from bertforge.data.pretraining_loader import PretrainingLoader, TrainSampler, build_eval_loader
 from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
-from bertforge.data.tokenizer import train_tokenizer_from_inputs
 from bertforge.errors import ConfigError
 
 MICRO, GLOBAL = 4, 16
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> PretokenizedDataset:
-    with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
-        documents = f.read().rstrip("\n").split("\n\n")
-    root = tmp_path_factory.mktemp("loader")
-    corpus = root / "slice.txt"
-    corpus.write_text("\n\n".join(documents[:30] + documents[-100:]) + "\n", encoding="utf-8")
-    train_tokenizer_from_inputs([str(corpus)], root / "tok", vocab_size=2000)
-    prepare_pretraining_data([str(corpus)], root / "tok", root / "data", PrepareSettings(nsp=True, split=(9, 1)),
-                             workers=0, progress=False)
-    return PretokenizedDataset(root / "data", "train")
+def dataset(prepared_corpus: Path) -> PretokenizedDataset:
+    return PretokenizedDataset(prepared_corpus, "train")
 
 
 def take(loader: Iterable[dict[str, Any]], count: int) -> list[dict[str, Any]]:
