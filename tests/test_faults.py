@@ -170,6 +170,68 @@ print("survived the SIGTERM")
     assert "survived" not in completed.stdout
 
 
+# --- an interrupted run's logs -----------------------------------------------------------------------
+
+
+def logged_steps(run_dir: Path) -> list[int]:
+    import json
+
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [record["step"] for record in map(json.loads, lines) if record["split"] == "train"]
+
+
+def tensorboard_steps(run_dir: Path) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return [event.step for event in events.Scalars("train/loss")]
+
+
+def test_a_run_killed_before_its_first_checkpoint_logs_each_step_once_when_run_again(tmp_path: Path) -> None:
+    """kill -9 before the first checkpoint: the re-run starts over and must not append its steps after the
+    killed attempt's (metrics.jsonl and TensorBoard both), even when the kill cut the last row in half."""
+    run_dir = tmp_path / "run"
+    tensorboard = "log.tensorboard=true"
+    process = start(train_command(run_dir, "train.checkpoint_every=1000000", tensorboard))
+    try:
+        wait_for(lambda: (run_dir / "metrics.jsonl").is_file() and len(logged_steps(run_dir)) >= 3,
+                 "three logged steps")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    finally:
+        kill_group(process)
+    assert not has_checkpoint(run_dir) and len(logged_steps(run_dir)) >= 3
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"step": 99, "split": "tr')  # what a kill in the middle of a write leaves
+    completed = subprocess.run(train_command(run_dir, "train.max_steps=4", tensorboard), cwd=ROOT, env=ENV,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert logged_steps(run_dir) == [1, 2, 3, 4]
+    assert tensorboard_steps(run_dir) == [1, 2, 3, 4]
+
+
+def test_a_resumed_run_logs_each_step_once(tmp_path: Path) -> None:
+    """Resumed from its checkpoint, a run forgets the steps logged after it (here 1 to 3 of 2) in both logs."""
+    run_dir = tmp_path / "run"
+    tensorboard = "log.tensorboard=true"
+    process = start(train_command(run_dir, tensorboard))
+    try:
+        wait_for(lambda: has_checkpoint(run_dir) and len(logged_steps(run_dir)) >= 3, "a checkpoint and later steps")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    finally:
+        kill_group(process)
+    latest = int((run_dir / "checkpoints" / "latest").read_text(encoding="utf-8").split("-")[1])
+    assert max(logged_steps(run_dir)) > latest
+    final = latest + 3
+    completed = subprocess.run(train_command(run_dir, f"train.max_steps={final}", tensorboard), cwd=ROOT, env=ENV,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert logged_steps(run_dir) == list(range(1, final + 1))
+    assert tensorboard_steps(run_dir) == list(range(1, final + 1))
+
+
 # --- no orphans -------------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ class MetricsLogger:
     def __init__(self, run_dir: Path, config: Config, enabled: bool) -> None:
         self.enabled = enabled
         self.path = run_dir / "metrics.jsonl"
+        self.tensorboard_dir = run_dir / "tensorboard"
         self._tensorboard = self._wandb = self._mlflow = None
         if not enabled:
             return
@@ -36,7 +37,7 @@ class MetricsLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tensorboard = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+                self._tensorboard = SummaryWriter(log_dir=str(self.tensorboard_dir))
             except ImportError:
                 log.info("TensorBoard is not installed (pip install 'bertforge[tracking]'); skipping its logs")
         if config.log.wandb_project:
@@ -81,6 +82,23 @@ class MetricsLogger:
 
             mlflow.log_metrics({f"{split}_{key}": float(value) for key, value in metrics.items()}, step=step)
 
+    def rewind(self, step: int) -> None:
+        """Forget what an interrupted attempt logged after `step`, the step this one starts from (0 when
+        it died before its first checkpoint): those steps are about to be trained and logged again.
+        metrics.jsonl keeps its earlier rows, and a half-written last row (kill -9 mid-write) goes too;
+        TensorBoard is told to purge its later events (`purge_step`), as its event files are append-only."""
+        if not self.enabled:
+            return
+        if self.path.is_file():
+            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if (record := _record(line)) is not None and record.get("step", 0) <= step]
+            self.path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        if self._tensorboard is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard.close()
+            self._tensorboard = SummaryWriter(log_dir=str(self.tensorboard_dir), purge_step=step + 1)
+
     def close(self) -> None:
         if self._tensorboard is not None:
             self._tensorboard.close()
@@ -90,6 +108,15 @@ class MetricsLogger:
             import mlflow
 
             mlflow.end_run()
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """A metrics.jsonl row, or None for a blank or half-written one."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _plain(config: Config) -> Any:

@@ -215,8 +215,7 @@ class Trainer:
                 raise BertforgeError(f"cannot resume from {path}: {first_line(error)}; give another checkpoint in "
                                      "run.resume, or run.resume=auto") from None
         log.info(f"resumed from {path} (step {state.step}, {state.consumed_samples:,} samples seen)")
-        if self.env.is_main:
-            _truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
+        self.metrics.rewind(state.step)
         return state
 
     def _record_config(self) -> None:
@@ -242,6 +241,7 @@ class Trainer:
     def _fresh_start(self) -> TrainingState:
         if self.env.is_main:
             save_config(self.config, self.run_dir / "config.yaml")
+        self.metrics.rewind(0)  # an attempt killed before its first checkpoint logged steps this one repeats
         return TrainingState()
 
     def _load_newest_readable_checkpoint(self) -> tuple[TrainingState, Path | None]:
@@ -544,14 +544,3 @@ def _full_state_dict(model: nn.Module) -> dict[str, torch.Tensor] | None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """After a resume, drop log lines of steps that are about to be trained again."""
-    import json
-
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step]
-    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
