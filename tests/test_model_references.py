@@ -156,6 +156,13 @@ def test_pretraining_continues_from_minilm_then_from_its_run_and_its_checkpoint(
         capsys.readouterr()
         assert main(["fill-mask", str(reference), "in the beginning god created the [MASK] and the earth"]) == 0
         assert "[MASK]" not in capsys.readouterr().out.splitlines()[-1], reference
+    # a token classifier starts from the same run with the run's encoder, every weight of it
+    from bertforge.models.loading import load_for_task, load_model_directory
+
+    tagger = load_for_task(tmp_path / "adapted", "token_classification", label_names=["O", "B-noun", "I-noun"])
+    pretrained = load_model_directory(tmp_path / "adapted" / "final").encoder.state_dict()
+    for name, weight in tagger.encoder.state_dict().items():
+        assert torch.equal(weight, pretrained[name]), name
 
 
 # --- nothing lost in conversion -------------------------------------------------------------------

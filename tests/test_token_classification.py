@@ -263,3 +263,46 @@ def test_evaluate_scores_a_tagger_on_a_conll_file_and_names_the_line_of_an_unkno
     assert main(["evaluate", str(tagger_run), "--data", str(conll)]) == 2
     error = capsys.readouterr().err
     assert f"{conll}:2" in error and "B-noun.dragon" in error
+
+
+class _SigtermDuringStep(TokenClassificationTask):
+    """The tagger, sending itself SIGTERM in the forward pass of training micro-batch `at` (1-based)."""
+
+    at = 0
+    calls = 0
+
+    def forward_step(self, batch, model):  # type: ignore[no-untyped-def]
+        import os
+        import signal
+
+        _SigtermDuringStep.calls += 1
+        if model.training and _SigtermDuringStep.calls == _SigtermDuringStep.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().forward_step(batch, model)
+
+
+def test_a_tagger_stopped_by_sigterm_resumes_to_the_uninterrupted_runs_weights_bit_for_bit(
+        tagging_data: list[str], tmp_path: Path) -> None:
+    """Dropout on, 2 micro-batches a step, a linear schedule: the resumed run replays the same order, masks and
+    learning rates, so its final weights and its logged losses are the uninterrupted run's exactly."""
+    from safetensors.torch import load_file
+
+    def config(name: str):  # type: ignore[no-untyped-def]
+        return load_config(None, [f"run.output_dir={tmp_path}", f"run.name={name}", *QUIET_RUN, *TINY_MODEL,
+                                  f"model.tokenizer={minilm_dir()}", *tagging_data, "finetune.max_length=64",
+                                  "optim.lr=1e-3", "schedule.name=linear", "schedule.warmup=2",
+                                  "train.micro_batch_size=16", "train.global_batch_size=32", "train.max_steps=6",
+                                  "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=100"])
+
+    whole = Trainer(config("whole"), TokenClassificationTask(config("whole"))).fit()
+    _SigtermDuringStep.at, _SigtermDuringStep.calls = 2 * 3 + 1, 0  # the first micro-batch of step 4
+    stopped = Trainer(config("stopped"), _SigtermDuringStep(config("stopped"))).fit()
+    assert stopped.stopped_by == "signal" and stopped.state.step == 4
+    resumed = Trainer(config("stopped"), TokenClassificationTask(config("stopped"))).fit()
+    assert resumed.stopped_by == "budget" and resumed.state.step == whole.state.step == 6
+    ours, reference = (load_file(run.run_dir / "final" / "model.safetensors") for run in (resumed, whole))
+    assert ours.keys() == reference.keys()
+    for name in reference:
+        assert torch.equal(ours[name], reference[name]), name
+    assert [r["loss"] for r in metrics_records(tmp_path / "stopped", "train")] == \
+        [r["loss"] for r in metrics_records(tmp_path / "whole", "train")]
