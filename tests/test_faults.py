@@ -8,6 +8,7 @@ fails on the code before its fix.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -507,6 +508,49 @@ def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was
     assert completed.returncode == 2, completed.stderr
     assert "could not write" in completed.stderr and "Traceback" not in completed.stderr
     assert not out.exists() and not list(tmp_path.glob(".exported*"))  # no staging directory left behind
+
+
+def in_private_mount(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """Run a shell `script` in a mount namespace of its own (`unshare`: root in a new user namespace, so no
+    real root is needed), where it may mount a small or read-only tmpfs that vanishes with it. Skips where
+    the kernel allows no such namespace (some hardened containers)."""
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                            "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here ({probe.stderr.strip()}): the EFBIG tests above cover the path")
+    return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", *arguments],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_naming_the_free_space_and_leaves_no_half_checkpoint(
+        tmp_path: Path) -> None:
+    """A real ENOSPC: the run directory on a 1 MB tmpfs; the step-2 checkpoint (~2 MB) does not fit."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    command = train_command(tmp_path / "run", "train.max_steps=4", f"run.output_dir={disk}")
+    completed = in_private_mount('disk="$1"; shift; mount -t tmpfs -o size=1m tmpfs "$disk" || exit 9; '
+                                 '"$@"; echo "exit $?"; ls -A "$disk/run/checkpoints"', str(disk), *command)
+    assert completed.stdout.splitlines()[0] == "exit 2", completed.stdout + completed.stderr
+    last = completed.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in last and "free space or choose a writable location" in last, last
+    assert "Traceback" not in completed.stderr and "internal error" not in completed.stderr
+    assert completed.stdout.splitlines()[1:] == []  # checkpoints/ holds no step-N and no .tmp-*
+
+
+def test_a_read_only_file_system_is_one_line_for_export_and_for_a_run(tiny_classifier: Path, tmp_path: Path) -> None:
+    """A real EROFS: a tmpfs remounted read-only under `export --out` and under a run's output directory."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    export = [sys.executable, "-m", "bertforge.cli", "export", str(tiny_classifier), "--out", str(disk / "exported")]
+    train = train_command(tmp_path / "run", "train.max_steps=2", f"run.output_dir={disk}")
+    completed = in_private_mount('mount -t tmpfs tmpfs "$1" && mount -o remount,ro "$1" || exit 9; '
+                                 f'{shlex.join(export)}; echo "export exit $?"; '
+                                 f'{shlex.join(train)}; echo "train exit $?"', str(disk))
+    assert "export exit 2" in completed.stdout and "train exit 2" in completed.stdout, \
+        completed.stdout + completed.stderr
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and all("Read-only file system" in line for line in errors), completed.stderr
+    assert "Traceback" not in completed.stderr and "internal error" not in completed.stderr
 
 
 # --- a damaged model --------------------------------------------------------------------------------------

@@ -22,6 +22,10 @@ WRITE_FAILURE_MARKS = ("inline_container", "file write failed", "unexpected pos"
                        "Read-only file system", "File too large", "Disk quota")
 
 
+# below this much free space a write that failed without an errno failed because the disk is full
+FULL_BELOW_BYTES = 1 << 20
+
+
 class DiskWriteError(BertforgeError):
     """A write failed because of the file system, not because of bertforge."""
 
@@ -58,5 +62,20 @@ def disk_write(path: Path, then: str | Callable[[], str]) -> Iterator[None]:
         if not is_write_failure(error):
             raise
         advice = then() if callable(then) else then
-        raise DiskWriteError(f"could not write {path} ({first_line(error)}; {_free_space(Path(path))}); free space "
-                             f"or choose a writable location, then {advice}") from None
+        raise DiskWriteError(f"could not write {path} ({_reason(error, Path(path))}; {_free_space(Path(path))}); "
+                             f"free space or choose a writable location, then {advice}") from None
+
+
+def _reason(error: BaseException, path: Path) -> str:
+    """The library's words, led by the plain cause when the library hides the errno: `torch.save` on a full
+    disk says only "unexpected pos 1024 vs 918"."""
+    words = first_line(error)
+    if isinstance(error, OSError) or "No space left" in words:
+        return words
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            with contextlib.suppress(OSError):
+                if shutil.disk_usage(candidate).free < FULL_BELOW_BYTES:
+                    return f"No space left on device: {words}"
+            break
+    return words
