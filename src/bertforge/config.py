@@ -98,7 +98,7 @@ class ModelSection:
     local_attention_window: int | None = None  # sliding-window size of local layers; None = all global
     global_every_n: int | None = None  # every n-th layer attends globally when a local window is set
     tie_word_embeddings: bool | None = None  # tie the MLM decoder to the word embeddings
-    attention_backend: str = "auto"  # auto | flash | sdpa | eager
+    attention_backend: str = "auto"  # auto (GPU: varlen_attn, or flash-attn for ALiBi/dropout; CPU: sdpa) | varlen | flash | sdpa | eager
     pooling: str | None = None  # sequence head input: pooler (BERT's tanh pooler on [CLS]) | cls | mean; None = the preset's
     classifier_dropout: float | None = None  # dropout before the classifier; None = hidden_dropout
 

@@ -1,10 +1,13 @@
 """Attention over packed sequences: every query sees only the keys of its own sequence.
 
 The encoder carries all tokens of a micro-batch as one flat [tokens, heads, head_dim] tensor with
-`cu_seqlens` boundaries. Three backends turn that into attention:
+`cu_seqlens` boundaries. Four backends turn that into attention (`models/attention_backends.py`
+chooses among them, a pure function tested on CPU):
 
-- `flash`: flash-attn's varlen kernel consumes the packed layout directly (GPU, fp16/bf16, optional
-  dependency), with native sliding windows and ALiBi slopes. Not testable on CPU-only machines.
+- `varlen`: PyTorch's own `varlen_attn` (FlashAttention inside torch) consumes the packed layout
+  directly, with sliding windows: the GPU default (fp16/bf16, no ALiBi, no attention dropout).
+- `flash`: the optional flash-attn package's varlen kernel, for what `varlen_attn` lacks: ALiBi
+  slopes and attention dropout (GPU, fp16/bf16).
 - `sdpa`: PyTorch's `scaled_dot_product_attention` needs a [rows, heads, len, head_dim] layout, so we
   place the sequences into as few rows of `max_seqlen` slots as fit (first-fit decreasing) and
   give SDPA a block-diagonal boolean mask. Measured on CPU (docs/benchmarks.md, "Attention on CPU")
@@ -23,38 +26,43 @@ per forward in `PackedAttention` and shared by every layer (one mask per distinc
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from bertforge.errors import BertforgeError
+from bertforge.console import log
+from bertforge.models.attention_backends import (
+    AvailableKernels,
+    BackendChoice,
+    LayerNeeds,
+    available_kernels,
+    choose_backend,
+    flash_attn_arguments,
+    varlen_attn_arguments,
+)
 from bertforge.models.dropout import dropout
 
-HALF_DTYPES = (torch.float16, torch.bfloat16)
+_kernels_by_device: dict[torch.device, AvailableKernels] = {}
+_logged_choices: set[BackendChoice] = set()
 
 
-@functools.cache
-def flash_attn_available() -> bool:
-    return importlib.util.find_spec("flash_attn") is not None
+def backend_for(requested: str, query: torch.Tensor, *, window: int | None, alibi: bool,
+                dropout_p: float) -> BackendChoice:
+    """`choose_backend` for this query's device and dtype; an `auto` fallback on a GPU is logged once."""
+    if query.device not in _kernels_by_device:
+        _kernels_by_device[query.device] = available_kernels(query.device)
+    needs = LayerNeeds(query.device.type, query.dtype, dropout_p, alibi, window, query.shape[-1])
+    choice = choose_backend(requested, needs, _kernels_by_device[query.device])
+    log_fallback_once(choice)
+    return choice
 
 
-def resolve_backend(requested: str, query: torch.Tensor) -> str:
-    """`auto` picks flash-attn on a GPU in half precision when installed, else SDPA."""
-    if requested == "auto":
-        if query.is_cuda and query.dtype in HALF_DTYPES and flash_attn_available():
-            return "flash"
-        return "sdpa"
-    if requested == "flash":
-        if not flash_attn_available():
-            raise BertforgeError("model.attention_backend=flash needs the flash-attn package; install it "
-                                 "(`pip install flash-attn`, CUDA GPUs only) or set model.attention_backend=sdpa")
-        if not query.is_cuda or query.dtype not in HALF_DTYPES:
-            raise BertforgeError("model.attention_backend=flash runs only on a CUDA GPU in bf16/fp16; set "
-                                 "train.precision=bf16 on a GPU, or model.attention_backend=sdpa")
-    return requested
+def log_fallback_once(choice: BackendChoice) -> None:
+    """Warn once per distinct fallback and reason, not once per layer and step."""
+    if choice.fallback and choice not in _logged_choices:
+        _logged_choices.add(choice)
+        log.warning(f"attention: {choice.backend} instead of varlen_attn: {choice.reason}")
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,10 @@ class PackedAttention:
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None = None,
                alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0) -> torch.Tensor:
         """[tokens, heads, head_dim] in and out. `window`: keys at most this many positions away on each side."""
-        backend = resolve_backend(self.backend, query)
+        backend = backend_for(self.backend, query, window=window, alibi=alibi_slopes is not None,
+                              dropout_p=dropout_p).backend
+        if backend == "varlen":
+            return varlen_attention(query, key, value, self.cu_seqlens, self.max_seqlen, window=window)
         if backend == "flash":
             return flash_varlen_attention(query, key, value, self.cu_seqlens, self.max_seqlen, window=window,
                                           alibi_slopes=alibi_slopes, dropout_p=dropout_p)
@@ -228,15 +239,20 @@ def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return torch.cat(outputs, dim=0)
 
 
+def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                     max_seqlen: int, *, window: int | None = None) -> torch.Tensor:
+    """PyTorch's varlen_attn on the packed layout: no padding, no mask tensors (CUDA only, fp16/bf16)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    args, kwargs = varlen_attn_arguments(query, key, value, cu_seqlens, max_seqlen, window)
+    return varlen_attn(*args, **kwargs)  # type: ignore[no-any-return]
+
+
 def flash_varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
                            max_seqlen: int, *, window: int | None = None, alibi_slopes: torch.Tensor | None = None,
                            dropout_p: float = 0.0) -> torch.Tensor:
-    """flash-attn 2 on the packed layout: no padding, no mask tensors (GPU only, fp16/bf16)."""
+    """flash-attn 2 on the packed layout, for ALiBi or attention dropout (CUDA only, fp16/bf16)."""
     from flash_attn import flash_attn_varlen_func
 
-    cu = cu_seqlens.to(torch.int32)
-    return flash_attn_varlen_func(
-        query, key, value, cu, cu, max_seqlen, max_seqlen, dropout_p=dropout_p, causal=False,
-        window_size=(window, window) if window is not None else (-1, -1),
-        alibi_slopes=alibi_slopes.float() if alibi_slopes is not None else None,
-    )
+    args, kwargs = flash_attn_arguments(query, key, value, cu_seqlens, max_seqlen, window, alibi_slopes, dropout_p)
+    return flash_attn_varlen_func(*args, **kwargs)  # type: ignore[no-any-return]

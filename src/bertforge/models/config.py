@@ -22,7 +22,7 @@ POSITIONS = ("learned", "rope", "alibi")
 MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
-ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
+ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "cls", "mean")
 VOCAB_MULTIPLE = 64
 
@@ -50,7 +50,7 @@ class EncoderConfig:
     rope_theta: float = 10000.0  # RoPE base of global layers (ModernBERT: 160000)
     rope_theta_local: float = 10000.0  # RoPE base of local (sliding-window) layers
     tie_word_embeddings: bool = True  # the MLM decoder reuses the word-embedding matrix
-    attention_backend: str = "auto"  # auto | flash | sdpa | eager
+    attention_backend: str = "auto"  # auto (varlen on GPUs, else sdpa) | varlen | flash | sdpa | eager
     pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | cls | mean (+ dense/act/norm)
     initializer_range: float = 0.02  # std of the truncated-normal initialisation
 
@@ -72,6 +72,9 @@ class EncoderConfig:
         if self.position == "rope" and self.head_dim % 2:
             raise ConfigError(f"rope needs an even head size, got hidden_size/num_heads = {self.head_dim}; "
                               "change `hidden_size` or `num_heads`")
+        if self.attention_backend == "varlen" and self.position == "alibi":
+            raise ConfigError("model `attention_backend` is 'varlen', which has no ALiBi bias, and `position` is "
+                              "alibi; use auto, flash (flash-attn package) or sdpa")
         if self.local_attention_window is not None and self.local_attention_window < 2:
             raise ConfigError(f"model `local_attention_window` is {self.local_attention_window}; give at least 2 "
                               "(tokens on both sides together) or leave it unset for global attention")
