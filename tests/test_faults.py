@@ -510,6 +510,26 @@ def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was
     assert not out.exists() and not list(tmp_path.glob(".exported*"))  # no staging directory left behind
 
 
+def test_a_refused_checkpoint_write_on_one_rank_stops_every_rank_with_the_same_line(tmp_path: Path) -> None:
+    """torchrun, 2 ranks: rank 0 writes the ~2 MB weights and is refused, rank 1 writes only its RNG state and is
+    not. Rank 1 must not wait in the next collective until the job dies as a 'lost peer': both ranks stop with
+    the disk's one-line error, exit 2, and no half checkpoint is left."""
+    run_dir = tmp_path / "run"
+    command = train_command(run_dir, "train.max_steps=4", "train.micro_batch_size=16")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                *command[2:]]
+    completed = subprocess.run(torchrun, cwd=ROOT, env=ENV | {"OMP_NUM_THREADS": "1"}, capture_output=True,
+                               text=True, timeout=300, preexec_fn=with_file_size_limit(1 << 20))
+    output = completed.stdout + completed.stderr
+    assert completed.returncode != 0, output
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and len(set(errors)) == 1, output[-3000:]
+    assert errors[0].startswith("error: could not write") and "free space or choose a writable location" in errors[0]
+    assert "lost its connection" not in output and "internal error" not in output
+    assert "exitcode  : 2" in output  # torchrun's summary of the first failed rank: our user-error code
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == []
+
+
 def in_private_mount(script: str, *arguments: str) -> subprocess.CompletedProcess[str]:
     """Run a shell `script` in a mount namespace of its own (`unshare`: root in a new user namespace, so no
     real root is needed), where it may mount a small or read-only tmpfs that vanishes with it. Skips where

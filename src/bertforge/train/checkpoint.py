@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertforge.disk import disk_write
+from bertforge.disk import DiskWriteError, disk_write
 from bertforge.errors import BertforgeError
 from bertforge.locate import CHECKPOINT_MODEL, LEGACY_CHECKPOINT_WEIGHTS
 from bertforge.models.serialization import WEIGHTS_NAME, load_weights_into
@@ -139,8 +139,7 @@ class CheckpointManager:
             temporary.mkdir(parents=True)
         barrier(self.env)
         try:
-            with disk_write(temporary, self._how_to_resume):
-                self._write(model, optimizer, scaler, state, temporary)
+            self._write(model, optimizer, scaler, state, temporary)
         except BaseException:
             if self.env.is_main:  # a full disk leaves no half checkpoint, only the complete older ones
                 shutil.rmtree(temporary, ignore_errors=True)
@@ -165,19 +164,52 @@ class CheckpointManager:
 
     def _write(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, state: TrainingState,
                temporary: Path) -> None:
-        self._save_tensors(model, optimizer, temporary)
-        torch.save(rng_state(), temporary / f"rng-rank{self.env.rank}.pt")
-        barrier(self.env)  # every rank has written its part
-        if self.env.is_main:
+        """Each part is written by the ranks it concerns, then every rank learns whether any rank failed:
+        a full disk on rank 0 must stop rank 1 with the same one-line error, not leave it waiting in the
+        next collective until the job dies as a 'lost peer'."""
+
+        def model_directory() -> None:  # under FSDP a collective gather, then rank 0 writes
+            if self.write_model is not None:
+                self.write_model(model, temporary / CHECKPOINT_MODEL)
+
+        def tensors_and_rng() -> None:
+            self._save_tensors(model, optimizer, temporary)
+            torch.save(rng_state(), temporary / f"rng-rank{self.env.rank}.pt")
+
+        def scaler_and_meta() -> None:
             if scaler is not None:
                 torch.save(scaler.state_dict(), temporary / "scaler.pt")
             meta = asdict(state) | {"world_size": self.env.world_size}
             (temporary / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
             _fsync_tree(temporary)
 
+        self._agree(self._attempt(model_directory, temporary))
+        self._agree(self._attempt(tensors_and_rng, temporary))  # every rank has written its part
+        self._agree(self._attempt(scaler_and_meta, temporary) if self.env.is_main else None)
+
+    def _attempt(self, write: Callable[[], None], temporary: Path) -> DiskWriteError | None:
+        try:
+            with disk_write(temporary, self._how_to_resume):
+                write()
+        except DiskWriteError as error:
+            return error
+        return None
+
+    def _agree(self, failure: DiskWriteError | None) -> None:
+        """Raise on every rank the first rank's write failure, if any rank had one (a collective)."""
+        if not self.env.distributed:
+            if failure is not None:
+                raise failure
+            return
+        import torch.distributed as dist
+
+        messages: list[str | None] = [None] * self.env.world_size
+        dist.all_gather_object(messages, None if failure is None else str(failure))
+        first = next((message for message in messages if message is not None), None)
+        if first is not None:
+            raise failure if failure is not None and str(failure) == first else DiskWriteError(first)
+
     def _save_tensors(self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        if self.write_model is not None:
-            self.write_model(model, directory / CHECKPOINT_MODEL)
         if is_fsdp(model):
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_state_dict
