@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,24 @@ def test_weights_and_biases_offline_run_receives_the_metrics(tmp_path: Path, mon
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
 
 
-def wandb_history(path: Path) -> list[dict[str, Any]]:
-    """The history rows of an offline W&B run file (`wandb` ships no Python reader for it any more).
+def wandb_history(path: Path, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """The history rows of an offline W&B run file, once its writer has finished it (its exit record).
+
+    `run.finish()` of wandb 0.31 can return before its service process has flushed the file (seen:
+    7 bytes at return, the whole run half a second later), so the file is read until it holds the
+    run's exit record, within `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        rows, finished = _wandb_records(path)
+        if finished or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
+
+
+def _wandb_records(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The history rows of an offline W&B run file (`wandb` ships no Python reader for it any more),
+    and whether its exit record was reached.
 
     The file is a 7-byte header (":W&B", magic, version), then LevelDB-log records — 32 KiB blocks,
     each record fragment a 7-byte header (crc32, length, type: 1 full, 2 first, 3 middle, 4 last) —
@@ -39,13 +56,15 @@ def wandb_history(path: Path) -> list[dict[str, Any]]:
     """
     from wandb.proto import wandb_internal_pb2
 
-    data, block, offset, pending, rows = path.read_bytes(), 32 * 1024, 7, b"", []
+    data, block, offset, pending, rows, finished = path.read_bytes(), 32 * 1024, 7, b"", [], False
     assert data.startswith(b":W&B")
     while offset + 7 <= len(data):
         if block - offset % block < 7:  # too little room for a header: the rest of the block is padding
             offset += block - offset % block
             continue
         _, length, kind = struct.unpack("<IHB", data[offset:offset + 7])
+        if offset + 7 + length > len(data):  # a record still being written
+            break
         pending += data[offset + 7:offset + 7 + length]
         offset += 7 + length
         if kind in (1, 4):  # a whole record, or the last fragment of one
@@ -54,7 +73,8 @@ def wandb_history(path: Path) -> list[dict[str, Any]]:
             if record.WhichOneof("record_type") == "history":
                 rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                              for item in record.history.item})
-    return rows
+            finished = finished or record.WhichOneof("record_type") == "exit"
+    return rows, finished
 
 
 def test_mlflow_run_receives_the_metrics_and_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
