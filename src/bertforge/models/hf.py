@@ -95,6 +95,8 @@ def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
     pooling = model.config.pooling
     if family == "bert" and pooling != "pooler":
         return None, f"HF BertForSequenceClassification always uses the tanh pooler, not pooling={pooling}"
+    if family == "modernbert" and pooling == "last":
+        return None, "HF ModernBertForSequenceClassification pools with cls or mean, not the last token"
     if family == "modernbert" and pooling == "pooler":
         return None, "HF ModernBertForSequenceClassification pools with cls or mean, not BERT's tanh pooler"
     return f"{prefix}ForSequenceClassification", ""
@@ -321,7 +323,7 @@ def hf_config_for(model: BertforgeAny, hf_class: str,
         norm_eps=config.norm_eps, norm_bias=False, attention_bias=False, mlp_bias=False, classifier_bias=False,
         decoder_bias=True, attention_dropout=config.attention_dropout, embedding_dropout=config.hidden_dropout,
         mlp_dropout=config.hidden_dropout, classifier_dropout=config.effective_classifier_dropout,
-        classifier_pooling=config.pooling if config.pooling != "pooler" else "cls",
+        classifier_pooling=config.pooling if config.pooling in ("cls", "mean") else "cls",
         layer_types=layer_types, local_attention=config.local_attention_window or 128,
         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
                          "sliding_attention": {"rope_type": "default", "rope_theta": config.rope_theta_local}},
