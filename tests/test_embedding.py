@@ -4,7 +4,6 @@ global under accumulation (GradCache) and under 2-rank DDP, exact resume, retrie
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -16,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 from helpers.finetuning import QUIET_RUN, TINY_MODEL, metrics_records, minilm_dir
+from helpers.pairs import gloss_pairs, write_jsonl
 
 from bertforge.config import config_to_yaml, load_config
-from bertforge.data.bundled import supersense_lines
 from bertforge.data.pairs import PairColumns, PairDataset, PairSplit, collate_pairs, read_pair_split
 from bertforge.errors import ConfigError, DataError
 from bertforge.tasks.contrastive import (
@@ -34,19 +33,6 @@ from bertforge.train.task import StepRunner
 from bertforge.train.trainer import Trainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def gloss_pairs(rows: int, split: str = "train") -> list[dict[str, str]]:
-    """Real text: a WordNet gloss's first clause as the anchor, the whole gloss as its positive, and the next
-    gloss as a hard negative."""
-    glosses = [json.loads(line)["text"] for line in supersense_lines(split, rows + 1)]
-    return [{"anchor": g.split(";")[0].split(",")[0], "positive": g, "negative": glosses[i + 1]}
-            for i, g in enumerate(glosses[:rows])]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")

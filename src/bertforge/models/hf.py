@@ -451,23 +451,15 @@ def hf_architecture(directory: str | Path) -> str:
 
 
 def sentence_transformers_pooling(directory: str | Path) -> str | None:
-    """`mean` or `cls` when `directory` is a sentence-transformers model trained with that pooling.
+    """`mean`, `cls` or `last` when `directory` is a sentence-transformers model trained with that pooling.
 
     Such checkpoints (all-MiniLM-L6-v2 is one) are trained on the mean of the token states or on
     [CLS], so the BERT pooler they still carry is left over from before and untrained for the task.
     """
-    directory = Path(directory)
-    try:
-        modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
-        pooling_dir = next(m["path"] for m in modules if m.get("type", "").endswith("models.Pooling"))
-        pooling = json.loads((directory / pooling_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        return None
-    if pooling.get("pooling_mode_mean_tokens"):
-        return "mean"
-    if pooling.get("pooling_mode_cls_token"):
-        return "cls"
-    return None
+    from bertforge.models.sentence_transformers_format import read_sentence_transformers
+
+    settings = read_sentence_transformers(directory)
+    return settings.pooling if settings is not None else None
 
 
 def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels: int | None = None,

@@ -100,17 +100,18 @@ def embedding_pooling(source: BertforgeAny, path: Path) -> str:
     return settings.pooling
 
 
-def sentence_embedding_model(path: Path) -> BertforgeForEmbedding:
-    """The embedding model a model directory holds: an embedding model as saved, or a sentence-transformers
-    directory (its transformer, pooling and Normalize), or any other encoder with mean pooling."""
+def as_embedding_model(source: BertforgeAny, path: Path) -> BertforgeForEmbedding:
+    """The embedding model `source` (loaded from `path`) is: itself when it is one; else its encoder with the
+    pooling and Normalize of a sentence-transformers directory, or the token mean."""
     from bertforge.models.sentence_transformers_format import read_sentence_transformers
 
-    source = load_model_directory(path)
     if isinstance(source, BertforgeForEmbedding):
         return source
     settings = read_sentence_transformers(path)
-    normalize = settings is not None and settings.normalize
-    return load_for_task(path, "embedding", normalize=normalize)  # type: ignore[return-value]
+    config = dataclasses.replace(source.config, pooling=embedding_pooling(source, path))
+    target = BertforgeForEmbedding(config, normalize=settings is not None and settings.normalize)
+    _transfer(source, target)
+    return target
 
 
 def _with_overrides(config: EncoderConfig, overrides: dict[str, object], source: str) -> EncoderConfig:
