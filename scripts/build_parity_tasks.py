@@ -20,6 +20,12 @@ these tasks have longer texts, a sentence-pair input, a regression target or wor
   lexicographer file (``B-noun.animal``, ``I-verb.motion``), the other words ``O``. Token
   classification, rows ``{"tokens": [...], "tags": [...], "id": "n02084071-0"}``; sentences where
   no lemma is found are dropped (counted in ``task.json``), one row per distinct word sequence.
+* ``wordnet-embedding`` (``wordnet-base``): sentence-embedding pairs, rows ``{"anchor", "positive", "kind",
+  "id"}``, the positive always a synset's definition (its gloss before the first quoted example). Train
+  holds word -> definition pairs (each lemma of a synset, underscores as spaces) and usage ->
+  definition pairs (each quoted example sentence of the gloss); validation and test hold usage ->
+  definition pairs only: the retrieval evaluation "find the gloss of this usage". A held-out usage or
+  definition that a train row also holds is dropped; identical (anchor, positive) rows are kept once.
 * ``debian-sections`` (needs ``apt-get update``): a package's short description -> its archive
   section. Built only where the apt lists exist (or when asked for by name).
 
@@ -84,7 +90,7 @@ APT_LISTS_DIR = Path("/var/lib/apt/lists")
 DPKG_INFO_DIR = Path("/var/lib/dpkg/info")
 
 SPLITS = ("train", "validation", "test")
-TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "supersense-tagging", "debian-sections")
+TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "supersense-tagging", "wordnet-embedding", "debian-sections")
 OPTIONAL_TASKS = ("debian-sections",)  # skipped with a note, not an error, when its source is absent
 TASK_FILE = "task.json"
 FORMAT_VERSION = 1
@@ -110,7 +116,7 @@ class Task:
 
     name: str
     description: str
-    task_type: str  # "classification" | "regression" | "token_classification"
+    task_type: str  # "classification" | "regression" | "token_classification" | "embedding"
     text_pair_column: str | None
     splits: dict[str, list[dict]]
     sources: dict[str, str]
@@ -120,7 +126,7 @@ class Task:
         """The sorted label set (of a token task: its tag set, O included); None for regression."""
         if self.task_type == "token_classification":
             return sorted({tag for rows in self.splits.values() for row in rows for tag in row["tags"]})
-        if self.task_type != "classification":
+        if self.task_type != "classification":  # regression scores, embedding pairs
             return None
         return sorted({row["label"] for rows in self.splits.values() for row in rows})
 
@@ -128,6 +134,8 @@ class Task:
         """The task.json keys naming the row fields a fine-tuning config reads."""
         if self.task_type == "token_classification":
             return {"tokens_column": "tokens", "tags_column": "tags"}
+        if self.task_type == "embedding":
+            return {"text_column": "anchor", "text_pair_column": "positive"}
         return {"text_column": "text", "text_pair_column": self.text_pair_column, "label_column": "label"}
 
 
@@ -949,6 +957,56 @@ def build_supersense_tagging(wordnet_dir: Path = WORDNET_DIR) -> Task:
     )
 
 
+# ------------------------------------------------------------------------------ WordNet embedding
+
+
+def embedding_rows(synsets: Iterable[GlossSynset], stats: dict[str, int]) -> dict[str, list[dict]]:
+    """(word | usage) -> definition rows per split, in data-file order, before the held-out filter."""
+    splits: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    seen: set[tuple[str, str]] = set()
+    for s in synsets:
+        definition = definition_of(s.gloss)
+        if not definition:
+            stats["synsets_without_definition"] += 1
+            continue
+        split = split_of(s.gloss)
+        pairs = [(f"w{i}", lemma.replace("_", " "), "word") for i, lemma in enumerate(s.lemmas)] if split == "train" \
+            else []
+        pairs += [(f"e{k}", sentence, "example") for k, sentence in gloss_examples(s.gloss)]
+        for suffix, anchor, kind in pairs:
+            if (anchor, definition) in seen:
+                stats["duplicates_removed"] += 1
+                continue
+            seen.add((anchor, definition))
+            splits[split].append({"anchor": anchor, "positive": definition, "kind": kind,
+                                  "id": f"{s.pos}{s.offset}-{suffix}"})
+    return splits
+
+
+def build_wordnet_embedding(wordnet_dir: Path = WORDNET_DIR) -> Task:
+    stats = dict.fromkeys(("synsets_without_definition", "duplicates_removed", "held_out_seen_in_train_removed"), 0)
+    splits = embedding_rows(read_gloss_synsets(wordnet_dir), stats)
+    train_texts = {text for row in splits["train"] for text in (row["anchor"], row["positive"])}
+    for split in ("validation", "test"):
+        kept = [row for row in splits[split] if row["anchor"] not in train_texts and row["positive"] not in train_texts]
+        stats["held_out_seen_in_train_removed"] += len(splits[split]) - len(kept)
+        splits[split] = kept
+    return Task(
+        name="wordnet-embedding",
+        description="sentence-embedding pairs from WordNet 3.0 glosses (all parts of speech): anchor -> positive, "
+        "the positive a synset's definition (the gloss before its first quoted example); train: each lemma "
+        "(kind word) and each quoted example sentence (kind example) of a synset; validation/test: example "
+        "sentences only, the retrieval evaluation 'find the gloss of this usage'; split of the whole gloss as in "
+        "the bundled supersense set",
+        task_type="embedding",
+        text_pair_column="positive",
+        splits={split: sorted(rows, key=lambda r: _sha1_key(r["id"])) for split, rows in splits.items()},
+        sources=_wordnet_sources(),
+        extra={**stats, "held_out_rule": "a validation/test row whose usage or definition is also a text of a train "
+               "row is dropped; identical (anchor, positive) rows are kept once, the first in data-file order"},
+    )
+
+
 # -------------------------------------------------------------------------------- Debian sections
 
 
@@ -1030,6 +1088,9 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def label_summary(task: Task) -> dict[str, object]:
+    if task.task_type == "embedding":
+        return {"kind_counts": {split: dict(sorted(Counter(row["kind"] for row in rows).items()))
+                                for split, rows in task.splits.items()}}  # fmt: skip
     if task.task_type == "token_classification":
         types = {split: dict(sorted(Counter(t for row in rows for t in entity_types(row["tags"])).items()))
                  for split, rows in task.splits.items()}  # fmt: skip
@@ -1119,6 +1180,9 @@ def summary_line(task: Task, task_dir: Path, wrote: bool) -> str:
                            for kind in entity_types(row["tags"]))  # fmt: skip
         tags = len(task.labels() or [])
         labels = f"{sum(entities.values()):,} entities of {len(entities)} types, {tags} tags"
+    elif task.task_type == "embedding":
+        kinds = Counter(row["kind"] for rows in task.splits.values() for row in rows)
+        labels = "pairs " + " ".join(f"{k}:{v:,}" for k, v in sorted(kinds.items()))
     elif task.task_type == "classification":
         totals: dict[str, int] = {}
         for rows in task.splits.values():
@@ -1163,6 +1227,8 @@ def main(argv: list[str] | None = None) -> int:
                 task = build_wordnet_similarity(graph=graph)
             elif name == "supersense-tagging":
                 task = build_supersense_tagging(args.wordnet_dir)
+            elif name == "wordnet-embedding":
+                task = build_wordnet_embedding(args.wordnet_dir)
             else:
                 task = build_debian_sections()
             wrote = write_task(task, out_dir, force=args.force)

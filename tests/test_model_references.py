@@ -163,6 +163,11 @@ def test_pretraining_continues_from_minilm_then_from_its_run_and_its_checkpoint(
     pretrained = load_model_directory(tmp_path / "adapted" / "final").encoder.state_dict()
     for name, weight in tagger.encoder.state_dict().items():
         assert torch.equal(weight, pretrained[name]), name
+    # and so does a sentence embedder, pooling by the token mean (a pre-training run has no pooling of its own)
+    embedder = load_for_task(tmp_path / "adapted", "embedding")
+    assert embedder.config.pooling == "mean"
+    for name, weight in embedder.encoder.state_dict().items():
+        assert torch.equal(weight, pretrained[name]), name
 
 
 # --- nothing lost in conversion -------------------------------------------------------------------

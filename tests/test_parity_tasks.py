@@ -29,6 +29,7 @@ SPLITS = ("train", "validation", "test")
 PAIR_SIZES = {"train": 12_000, "validation": 2_000, "test": 4_000}
 PAIR_TASKS = ("wordnet-pairs", "wordnet-similarity")
 TOKEN_TASKS = ("supersense-tagging",)
+EMBEDDING_TASKS = ("wordnet-embedding",)
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}  # id letter -> data.* file
 # supersense-tagging built from wordnet-base 1:3.0-37 (Debian patches glosses, so another version may differ)
@@ -36,6 +37,10 @@ TAGGING_VERSION = "1:3.0-37"
 TAGGING_COUNTS = {"train": 37_925, "validation": 4_590, "test": 4_666}
 TAGGING_ENTITIES = {"train": 38_303, "validation": 4_622, "test": 4_705}
 TAGGING_DROPPED = 1_063
+# wordnet-embedding from the same wordnet-base version
+EMBEDDING_COUNTS = {"train": 204_364, "validation": 4_539, "test": 4_635}
+EMBEDDING_KINDS = {"train": {"example": 38_843, "word": 165_521}, "validation": {"example": 4_539},
+                   "test": {"example": 4_635}}
 REQUIRED_SOURCES = {
     Path("/usr/share/wordnet/data.noun"): "wordnet-base",
     Path("/usr/share/man/man7/man.7.gz"): "manpages",
@@ -55,7 +60,7 @@ bpt = _load_script()
 
 
 def _task_names() -> list[str]:
-    names = ["manpages", *PAIR_TASKS, *TOKEN_TASKS]
+    names = ["manpages", *PAIR_TASKS, *TOKEN_TASKS, *EMBEDDING_TASKS]
     return [*names, "debian-sections"] if bpt.apt_lists_present() else names
 
 
@@ -131,8 +136,8 @@ def test_pair_tasks_have_the_fixed_sizes(tasks: dict[str, dict[str, Any]]) -> No
 
 def test_task_json_describes_columns_and_sorted_labels(tasks: dict[str, dict[str, Any]]) -> None:
     for name, task in tasks.items():
-        if name in TOKEN_TASKS:
-            continue  # test_supersense_tagging_task_json_describes_a_token_task
+        if name in TOKEN_TASKS or name in EMBEDDING_TASKS:
+            continue  # test_supersense_tagging_task_json_describes_a_token_task, test_wordnet_embedding_*
         meta = task["meta"]
         pair = name in PAIR_TASKS
         assert meta["text_column"] == "text" and meta["label_column"] == "label"
@@ -154,8 +159,8 @@ def test_task_json_describes_columns_and_sorted_labels(tasks: dict[str, dict[str
 
 def test_no_test_text_appears_in_train(tasks: dict[str, dict[str, Any]]) -> None:
     for name, task in tasks.items():
-        if name in TOKEN_TASKS:
-            continue  # test_supersense_tagging_follows_the_gloss_split_rule
+        if name in TOKEN_TASKS or name in EMBEDDING_TASKS:
+            continue  # test_supersense_tagging_follows_the_gloss_split_rule, test_wordnet_embedding_*
         columns = ["text", "text_pair"] if name in PAIR_TASKS else ["text"]
         seen = {split: {row[c] for row in task[split] for c in columns} for split in SPLITS}
         anchors = {split: {row["text"] for row in task[split]} for split in SPLITS}
@@ -425,6 +430,43 @@ def test_supersense_tagging_tokenizer_and_lemma_matching() -> None:
     assert bpt.lemma_spans("the happiest day".split(), [("happy",)], "a", morph) == [(1, 2)]  # adj.exc
     assert bpt.lemma_spans("the nicest day".split(), [("nice",)], "a", morph) == [(1, 2)]  # -est -> -e
     assert bpt.bio_tags(4, [(0, 1), (2, 4)], "noun.act") == ["B-noun.act", "O", "B-noun.act", "I-noun.act"]
+
+
+def test_wordnet_embedding_has_the_expected_counts(tasks: dict[str, dict[str, Any]]) -> None:
+    task = tasks["wordnet-embedding"]
+    meta = task["meta"]
+    counts = {split: len(task[split]) for split in SPLITS}
+    kinds = {split: dict(sorted(Counter(row["kind"] for row in task[split]).items())) for split in SPLITS}
+    assert meta["counts"] == counts and meta["kind_counts"] == kinds
+    assert (meta["task_type"], meta["text_column"], meta["text_pair_column"], meta["labels"]) == \
+        ("embedding", "anchor", "positive", None)
+    assert set(kinds["validation"]) == set(kinds["test"]) == {"example"}  # held out: "find the gloss of this usage"
+    examples = sum(kinds[split]["example"] for split in SPLITS)
+    assert abs(kinds["train"]["example"] / examples - 0.8) < 0.03, kinds
+    if meta["sources"]["wordnet-base"] == TAGGING_VERSION:
+        assert counts == EMBEDDING_COUNTS and kinds == EMBEDDING_KINDS
+
+
+def test_wordnet_embedding_pairs_a_word_or_usage_with_its_synsets_definition_in_its_glosss_split(
+    tasks: dict[str, dict[str, Any]],
+) -> None:
+    glosses = _wordnet_glosses()
+    for split in SPLITS:
+        for row in tasks["wordnet-embedding"][split]:
+            assert list(row) == ["anchor", "positive", "kind", "id"]
+            gloss = glosses[row["id"].split("-")[0]]
+            assert bpt.split_of(gloss) == split
+            assert row["positive"] == bpt.definition_of(gloss) and row["positive"]
+            if row["kind"] == "example":
+                assert row["anchor"] in [quoted.strip() for quoted in re.findall(r'"([^"]*)"', gloss)], row
+            else:
+                assert row["kind"] == "word" and row["anchor"] and '"' not in row["anchor"], row
+    texts = {split: {text for row in tasks["wordnet-embedding"][split] for text in (row["anchor"], row["positive"])}
+             for split in SPLITS}
+    assert not texts["validation"] & texts["train"] and not texts["test"] & texts["train"]
+    for split in SPLITS:
+        pairs = {(row["anchor"], row["positive"]) for row in tasks["wordnet-embedding"][split]}
+        assert len(pairs) == len(tasks["wordnet-embedding"][split]), f"duplicate pairs in {split}"
 
 
 def test_debian_sections_respects_caps_and_section_sizes(tasks: dict[str, dict[str, Any]]) -> None:

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "bertforge.commands.finetune",
     "bertforge.commands.evaluate",
     "bertforge.commands.predict",
+    "bertforge.commands.embed",
     "bertforge.commands.fill_mask",
     "bertforge.commands.export",
     "bertforge.commands.glue",

@@ -58,8 +58,9 @@ POSITIONS = ("learned", "rope", "alibi")
 MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
-POOLINGS = ("pooler", "cls", "mean")
-TASK_TYPES = ("classification", "regression", "token_classification")
+POOLINGS = ("pooler", "cls", "mean", "last")
+TASK_TYPES = ("classification", "regression", "token_classification", "embedding")
+EMBEDDING_LOSSES = ("mnrl", "cosine")
 
 
 @dataclass
@@ -99,7 +100,7 @@ class ModelSection:
     global_every_n: int | None = None  # every n-th layer attends globally when a local window is set
     tie_word_embeddings: bool | None = None  # tie the MLM decoder to the word embeddings
     attention_backend: str = "auto"  # auto (GPU: varlen_attn, or flash-attn for ALiBi/dropout; CPU: sdpa) | varlen | flash | sdpa | eager
-    pooling: str | None = None  # sequence head input: pooler (BERT's tanh pooler on [CLS]) | cls | mean; None = the preset's
+    pooling: str | None = None  # sequence head / embedding input: pooler (BERT's tanh pooler on [CLS]; classifiers only) | cls | mean | last (token); None = the preset's (embeddings: the source's, else mean)
     classifier_dropout: float | None = None  # dropout before the classifier; None = hidden_dropout
 
     def __post_init__(self) -> None:
@@ -146,7 +147,7 @@ class DataSection:
 
 @dataclass
 class FinetuneSection:
-    task_type: str = "classification"  # classification | regression | token_classification (tagging, e.g. NER)
+    task_type: str = "classification"  # classification | regression | token_classification (tagging, e.g. NER) | embedding (sentence embeddings)
     train_file: str | None = None  # csv / tsv / jsonl / parquet file, HF dataset dir, or hub name
     validation_file: str | None = None  # evaluated during training; picks the best checkpoint
     test_file: str | None = None  # evaluated once at the end with the best checkpoint
@@ -160,10 +161,16 @@ class FinetuneSection:
     class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
     max_length: int = 128  # tokens per example after truncation ([CLS]/[SEP] included)
     delimiter: str | None = None  # csv/tsv delimiter; None = from the file extension
+    embedding_loss: str = "mnrl"  # embedding: mnrl (anchor text_column, positive text_pair_column, in-batch negatives) | cosine (MSE of cos(a, b) against label_column's score)
+    negative_column: str | None = None  # embedding, mnrl: an optional hard-negative text column, one more candidate per anchor
+    similarity_scale: float = 20.0  # embedding, mnrl: cosine similarities are multiplied by this before the cross-entropy
+    normalize_embeddings: bool = False  # embedding: unit-length output vectors (`embed`, and a Normalize module in the export)
 
     def __post_init__(self) -> None:
         check_choice("finetune.task_type", self.task_type, TASK_TYPES)
+        check_choice("finetune.embedding_loss", self.embedding_loss, EMBEDDING_LOSSES)
         check_range("finetune.max_length", self.max_length, low=8)
+        check_range("finetune.similarity_scale", self.similarity_scale, low=0.0, low_inclusive=False)
 
 
 @dataclass

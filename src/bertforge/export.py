@@ -16,6 +16,7 @@ if they agree within `atol`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import json
@@ -65,11 +66,21 @@ def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf",
     loaded = load_model(reference)
     sources = [resolve_model_path(reference), loaded.location.path, loaded.location.run_dir, loaded.tokenizer_dir]
     check_export_destination(out_dir, [path for path in sources if path is not None], overwrite)
+    embedder = loaded.embedding_model()
+    if format == "hf" and embedder is not None:
+        from bertforge.models.sentence_transformers_format import export_sentence_transformers
+
+        result = export_sentence_transformers(embedder, loaded.tokenizer_dir, out_dir, loaded.max_length)
+        return ExportSummary(result.directory, result.format, result.message)
     if format == "hf":
         from bertforge.models.hf import export_hf
 
         result = export_hf(loaded.model, loaded.tokenizer_dir, out_dir)
         return ExportSummary(result.directory, result.format, result.message)
+    if embedder is not None:  # the graph is the transformer's, as sentence-transformers' ONNX backend exports it
+        log.info(f"model.onnx holds the transformer (last_hidden_state); pool it by {embedder.config.pooling}"
+                 f"{' and normalize' if embedder.normalize else ''} to get the sentence vectors")
+        loaded = dataclasses.replace(loaded, model=embedder.encoder)
     return export_onnx(loaded, out_dir, atol)
 
 

@@ -66,6 +66,19 @@ class LoadedModel:
                                  "fine-tune it first (`bertforge finetune`) and use the fine-tuned model")
         return self.model
 
+    def embedding_model(self) -> nn.Module | None:
+        """The sentence-embedding model this is (an embedding run's model, or a sentence-transformers directory
+        such as an embedding run's final/), or None."""
+        from bertforge.models import BertforgeForEmbedding
+        from bertforge.models.loading import as_embedding_model
+        from bertforge.models.sentence_transformers_format import read_sentence_transformers
+
+        if isinstance(self.model, BertforgeForEmbedding):
+            return self.model
+        if read_sentence_transformers(self.location.path) is None:
+            return None
+        return as_embedding_model(self.model, self.location.path).eval()
+
     def is_tagger(self) -> bool:
         from bertforge.models import BertforgeForTokenClassification
 
@@ -239,6 +252,32 @@ def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = 
                                cli_flags=True)
     dataset = TaggedDataset(tagged, loaded.tokenizer(), loaded.max_length)
     return evaluate_tagged(model, dataset, split, batch_size)
+
+
+def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Path, *, split: str = "evaluation",
+                        text_column: str = "text", text_pair_column: str | None = None,
+                        negative_column: str | None = None, metric: str = "retrieval", label_column: str = "label",
+                        delimiter: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
+    """An embedding model on pairs: retrieval metrics, or (metric cosine) the correlation of cos(a, b) with scores."""
+    from bertforge.data.pairs import PairColumns, read_pair_split
+    from bertforge.locate import resolve_data_file
+    from bertforge.tasks.embedding import evaluate_pairs
+
+    if text_pair_column is None:
+        raise BertforgeError(f"{loaded.name} is an embedding model: it is scored on pairs; give --text-pair-column "
+                             "(the text relevant to --text-column's)")
+    columns = PairColumns(text_column, text_pair_column, negative=negative_column if metric == "retrieval" else None,
+                          score=label_column if metric == "cosine" else None)
+    pairs = read_pair_split(resolve_data_file(str(data)) or str(data), columns, delimiter=delimiter, split=split,
+                            cli_flags=True)
+    from bertforge.config import FinetuneSection, load_run_config
+
+    # the reported loss is MNRL at the run's similarity_scale (sentence-transformers' 20 for other models)
+    section = load_run_config(loaded.location.run_dir / "config.yaml").finetune if loaded.location.run_dir \
+        else FinetuneSection()
+    loss = "mnrl" if metric == "retrieval" else "cosine"
+    return evaluate_pairs(embedder, pairs, loaded.tokenizer(), loaded.max_length, split, loss,
+                          section.similarity_scale, batch_size)
 
 
 # ---------------------------------------------------------------------------------------------

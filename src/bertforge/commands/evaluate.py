@@ -19,7 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Prints the tables; with --out-dir also writes <split>_results.json, <split>_report.md and "
                     "<split>_confusion_matrix.png. A label the model does not know is an error naming its line. A token "
                     "classifier is scored on a tagged file (CoNLL or jsonl) with seqeval's entity-level "
-                    "precision/recall/F1, word accuracy and the per-type table.",
+                    "precision/recall/F1, word accuracy and the per-type table. A sentence-embedding model (an embedding run, a "
+                    "sentence-transformers directory) is scored on pairs (--text-column the query, --text-pair-column "
+                    "its relevant text, optionally --negative-column): each distinct query ranks every distinct "
+                    "text by cosine similarity (MRR@10, recall@1/5/10, nDCG@10); with --embedding-metric cosine, "
+                    "Pearson/Spearman of cos(a, b) against --label-column's scores.",
         example="""
         bertforge evaluate runs/supersense-minilm --data bundled:supersense/test
         bertforge evaluate runs/sts/final --data dev.tsv --text-column sentence1 --text-pair-column sentence2 \\
@@ -33,6 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tags-column", default="tags",
                         help="token classifiers, jsonl/parquet data: the column of tag lists (default: tags; CoNLL "
                              "files: the last column)")
+    parser.add_argument("--negative-column", default=None,
+                        help="embedding models: a column of hard negatives, added to the retrieval corpus")
+    parser.add_argument("--embedding-metric", choices=("retrieval", "cosine"), default="retrieval",
+                        help="embedding models: retrieval metrics (default) or cosine-score correlation")
     parser.add_argument("--split-name", default="evaluation", help="name used in the tables and file names")
     parser.add_argument("--out-dir", default=None, help="also write the report files into this directory")
     add_input_arguments(parser)
@@ -51,7 +59,16 @@ def run(args: argparse.Namespace) -> int:
     if args.out_dir:
         output_directory(args.out_dir, "--out-dir")
     loaded = load_model_for(args)
-    if loaded.is_tagger():
+    embedder = loaded.embedding_model()
+    if embedder is not None:
+        from bertforge.inference import evaluate_pairs_file
+
+        report = evaluate_pairs_file(loaded, embedder, args.data, split=args.split_name,
+                                     text_column=args.text_column, text_pair_column=args.text_pair_column,
+                                     negative_column=args.negative_column, metric=args.embedding_metric,
+                                     label_column=args.label_column, delimiter=args.delimiter,
+                                     batch_size=args.batch_size)
+    elif loaded.is_tagger():
         report = evaluate_tagged_file(loaded, args.data, split=args.split_name, tokens_column=args.tokens_column,
                                       tags_column=args.tags_column, batch_size=args.batch_size)
     else:

@@ -56,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def finetune_task(config: Config) -> Task:
-    """The task `finetune.task_type` asks for: a token tagger, or a sequence classifier / regressor."""
+    """The task `finetune.task_type` asks for: a token tagger, a sentence embedder, or a sequence classifier /
+    regressor."""
+    if config.finetune.task_type == "embedding":
+        from bertforge.tasks.embedding import EmbeddingTask
+
+        return EmbeddingTask(config)
     if config.finetune.task_type == "token_classification":
         from bertforge.tasks.tagging import TokenClassificationTask
 

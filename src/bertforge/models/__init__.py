@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bertforge.models.classification import BertforgeForSequenceClassification, SequenceClassifierOutput
 from bertforge.models.config import EncoderConfig, encoder_config_from_section, get_preset, preset_names
+from bertforge.models.embedding import BertforgeForEmbedding
 from bertforge.models.encoder import BertforgeModel, PackedInputs, pack_inputs, pad_tokens, unpad_inputs
 from bertforge.models.for_pretraining import BertforgeForPreTraining, PreTrainingOutput
 from bertforge.models.init import init_weights
@@ -24,6 +25,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "BertforgeForEmbedding",
     "BertforgeForPreTraining",
     "BertforgeForSequenceClassification",
     "BertforgeForTokenClassification",

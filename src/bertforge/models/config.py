@@ -23,7 +23,7 @@ MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
-POOLINGS = ("pooler", "cls", "mean")
+POOLINGS = ("pooler", "cls", "mean", "last")
 VOCAB_MULTIPLE = 64
 
 
@@ -51,7 +51,7 @@ class EncoderConfig:
     rope_theta_local: float = 10000.0  # RoPE base of local (sliding-window) layers
     tie_word_embeddings: bool = True  # the MLM decoder reuses the word-embedding matrix
     attention_backend: str = "auto"  # auto (varlen on GPUs, else sdpa) | varlen | flash | sdpa | eager
-    pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | cls | mean (+ dense/act/norm)
+    pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | cls | mean | last (+ dense/act/norm); embeddings: cls | mean | last
     initializer_range: float = 0.02  # std of the truncated-normal initialisation
 
     def __post_init__(self) -> None:

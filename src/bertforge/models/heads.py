@@ -73,9 +73,23 @@ def mean_per_sequence(hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.T
     return sums / lengths.clamp(min=1).unsqueeze(1).to(hidden.dtype)
 
 
+def pooled_rows(cu_seqlens: torch.Tensor, pooling: str) -> torch.Tensor | None:
+    """The tokens whose final states a pooling reads: each sequence's first ([CLS]; also BERT's pooler)
+    or last token ([SEP]), or every token (None) for the mean."""
+    if pooling == "mean":
+        return None
+    return (cu_seqlens[1:] - 1).long() if pooling == "last" else cu_seqlens[:-1].long()
+
+
+def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, pooling: str) -> torch.Tensor:
+    """[sequences, hidden] from the states of `pooled_rows`: the token mean, or the rows as they are."""
+    return mean_per_sequence(hidden, cu_seqlens) if pooling == "mean" else hidden
+
+
 class SequenceHead(nn.Module):
     """pooler: BERT's tanh pooler on [CLS] (as HF `BertForSequenceClassification`);
-    cls / mean: [CLS] or the token mean, then dense-act-norm (as HF `ModernBertForSequenceClassification`)."""
+    cls / mean / last: [CLS], the token mean or the last token, then dense-act-norm (as HF
+    `ModernBertForSequenceClassification` does for cls and mean)."""
 
     def __init__(self, config: EncoderConfig, num_outputs: int):
         super().__init__()
@@ -86,12 +100,12 @@ class SequenceHead(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
 
     def input_rows(self, cu_seqlens: torch.Tensor) -> torch.Tensor | None:
-        """The tokens whose final states the head reads: each sequence's [CLS], or all (None) for mean pooling."""
-        return None if self.pooling == "mean" else cu_seqlens[:-1].long()
+        """The tokens whose final states the head reads (`pooled_rows`)."""
+        return pooled_rows(cu_seqlens, self.pooling)
 
     def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
         """Logits from the states of `input_rows`: every token's [tokens, hidden] for mean pooling, else
-        the [CLS] states [sequences, hidden]."""
-        pooled = mean_per_sequence(hidden, cu_seqlens) if self.pooling == "mean" else hidden
+        one state per sequence [sequences, hidden]."""
+        pooled = pool(hidden, cu_seqlens, self.pooling)
         pooled = self.pooler(pooled) if self.pooler is not None else self.transform(pooled)
         return self.classifier(self.dropout(pooled))

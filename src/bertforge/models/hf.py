@@ -95,6 +95,8 @@ def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
     pooling = model.config.pooling
     if family == "bert" and pooling != "pooler":
         return None, f"HF BertForSequenceClassification always uses the tanh pooler, not pooling={pooling}"
+    if family == "modernbert" and pooling == "last":
+        return None, "HF ModernBertForSequenceClassification pools with cls or mean, not the last token"
     if family == "modernbert" and pooling == "pooler":
         return None, "HF ModernBertForSequenceClassification pools with cls or mean, not BERT's tanh pooler"
     return f"{prefix}ForSequenceClassification", ""
@@ -321,7 +323,7 @@ def hf_config_for(model: BertforgeAny, hf_class: str,
         norm_eps=config.norm_eps, norm_bias=False, attention_bias=False, mlp_bias=False, classifier_bias=False,
         decoder_bias=True, attention_dropout=config.attention_dropout, embedding_dropout=config.hidden_dropout,
         mlp_dropout=config.hidden_dropout, classifier_dropout=config.effective_classifier_dropout,
-        classifier_pooling=config.pooling if config.pooling != "pooler" else "cls",
+        classifier_pooling=config.pooling if config.pooling in ("cls", "mean") else "cls",
         layer_types=layer_types, local_attention=config.local_attention_window or 128,
         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
                          "sliding_attention": {"rope_type": "default", "rope_theta": config.rope_theta_local}},
@@ -449,23 +451,15 @@ def hf_architecture(directory: str | Path) -> str:
 
 
 def sentence_transformers_pooling(directory: str | Path) -> str | None:
-    """`mean` or `cls` when `directory` is a sentence-transformers model trained with that pooling.
+    """`mean`, `cls` or `last` when `directory` is a sentence-transformers model trained with that pooling.
 
     Such checkpoints (all-MiniLM-L6-v2 is one) are trained on the mean of the token states or on
     [CLS], so the BERT pooler they still carry is left over from before and untrained for the task.
     """
-    directory = Path(directory)
-    try:
-        modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
-        pooling_dir = next(m["path"] for m in modules if m.get("type", "").endswith("models.Pooling"))
-        pooling = json.loads((directory / pooling_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        return None
-    if pooling.get("pooling_mode_mean_tokens"):
-        return "mean"
-    if pooling.get("pooling_mode_cls_token"):
-        return "cls"
-    return None
+    from bertforge.models.sentence_transformers_format import read_sentence_transformers
+
+    settings = read_sentence_transformers(directory)
+    return settings.pooling if settings is not None else None
 
 
 def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels: int | None = None,

@@ -18,6 +18,7 @@ from bertforge.errors import ConfigError
 from bertforge.locate import resolve_model
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
+from bertforge.models.embedding import BertforgeForEmbedding
 from bertforge.models.encoder import BertforgeModel
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.heads import Pooler
@@ -25,7 +26,7 @@ from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
 from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model
 from bertforge.models.token_classification import BertforgeForTokenClassification
 
-TASKS = ("base", "pretraining", "classification", "token_classification")
+TASKS = ("base", "pretraining", "classification", "token_classification", "embedding")
 # The model fields a run may set when it starts from a saved model: they change no weight's shape.
 # (Every other `model.*` field comes from the saved model.)
 RUNTIME_FIELDS = ("hidden_dropout", "attention_dropout", "classifier_dropout", "attention_backend", "pooling")
@@ -46,17 +47,22 @@ def load_model_directory(path: Path) -> BertforgeAny:
 
 def load_for_task(reference: str | Path, task: str, *, nsp: bool = False, num_labels: int | None = None,
                   problem_type: str = "classification", label_names: list[str] | None = None,
-                  config_overrides: dict[str, object] | None = None) -> BertforgeAny:
-    """A model for `task` (base | pretraining | classification | token_classification) initialised from the
-    model `reference` names (`num_labels`/`label_names` size a classifier's head; `problem_type` and `nsp`
-    apply to sequence classification and pre-training only)."""
+                  config_overrides: dict[str, object] | None = None, normalize: bool = False) -> BertforgeAny:
+    """A model for `task` (base | pretraining | classification | token_classification | embedding) initialised
+    from the model `reference` names (`num_labels`/`label_names` size a classifier's head; `problem_type` and
+    `nsp` apply to sequence classification and pre-training only, `normalize` to embeddings)."""
     if task not in TASKS:
         raise ConfigError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     location = resolve_model(reference)
     source = load_model_directory(location.path)
-    config = _with_overrides(source.config, config_overrides or {}, str(location.path))
+    overrides = dict(config_overrides or {})
+    if task == "embedding" and "pooling" not in overrides:
+        overrides["pooling"] = embedding_pooling(source, location.path)
+    config = _with_overrides(source.config, overrides, str(location.path))
     target: BertforgeAny
-    if task == "base":
+    if task == "embedding":
+        target = BertforgeForEmbedding(config, normalize=normalize)
+    elif task == "base":
         target = BertforgeModel(config, pooler=_pooler(source) is not None)
     elif task == "pretraining":
         target = BertforgeForPreTraining(config, nsp=nsp)
@@ -72,6 +78,38 @@ def load_for_task(reference: str | Path, task: str, *, nsp: bool = False, num_la
             raise ConfigError("a classifier needs its labels: set finetune.labels or let them be read from the "
                               "train file")
         target = BertforgeForSequenceClassification(config, num_labels or 1, problem_type, label_names)
+    _transfer(source, target)
+    return target
+
+
+def embedding_pooling(source: BertforgeAny, path: Path) -> str:
+    """How a model's token states become one vector when nothing says otherwise: an embedding model's own
+    pooling, a sentence-transformers directory's (its 1_Pooling/config.json), else the token mean."""
+    from bertforge.models.sentence_transformers_format import read_sentence_transformers
+
+    if isinstance(source, BertforgeForEmbedding):
+        return source.config.pooling
+    settings = read_sentence_transformers(path)
+    if settings is None:
+        return "mean"
+    problem = settings.unsupported()
+    if problem is not None:
+        raise ConfigError(f"{path} is a sentence-transformers model bertforge cannot reproduce: {problem}; set "
+                          "model.pooling (mean, cls or last) to start from its transformer alone")
+    assert settings.pooling is not None
+    return settings.pooling
+
+
+def as_embedding_model(source: BertforgeAny, path: Path) -> BertforgeForEmbedding:
+    """The embedding model `source` (loaded from `path`) is: itself when it is one; else its encoder with the
+    pooling and Normalize of a sentence-transformers directory, or the token mean."""
+    from bertforge.models.sentence_transformers_format import read_sentence_transformers
+
+    if isinstance(source, BertforgeForEmbedding):
+        return source
+    settings = read_sentence_transformers(path)
+    config = dataclasses.replace(source.config, pooling=embedding_pooling(source, path))
+    target = BertforgeForEmbedding(config, normalize=settings is not None and settings.normalize)
     _transfer(source, target)
     return target
 
@@ -93,8 +131,8 @@ def _pooler(model: BertforgeAny) -> Pooler | None:
         return model.nsp_head.pooler if model.nsp_head is not None else None
     if isinstance(model, BertforgeForSequenceClassification):
         return model.head.pooler
-    if isinstance(model, BertforgeForTokenClassification):
-        return None  # BertForTokenClassification has no pooler
+    if isinstance(model, BertforgeForTokenClassification | BertforgeForEmbedding):
+        return None  # BertForTokenClassification has no pooler; sentence embeddings pool without one
     return model.pooler
 
 

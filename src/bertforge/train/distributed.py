@@ -81,6 +81,35 @@ def all_reduce_sum(values: list[float], env: DistEnv, device: torch.device) -> l
     return tensor.tolist()
 
 
+class _GatherRows(torch.autograd.Function):
+    """all_gather along dim 0 (ranks may hold different row counts) whose backward returns this rank's
+    rows of the incoming gradient only: right when every rank computes the same loss from the gathered
+    rows, since rank r's rows then get dL/d(rows_r) on rank r with no further communication."""
+
+    @staticmethod
+    def forward(ctx, local: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:  # type: ignore[override]
+        sizes = [torch.zeros(1, dtype=torch.int64, device=local.device) for _ in range(world_size)]
+        dist.all_gather(sizes, torch.tensor([local.shape[0]], dtype=torch.int64, device=local.device))
+        counts = [int(size.item()) for size in sizes]
+        padded = local.new_zeros((max(counts), *local.shape[1:]))
+        padded[:local.shape[0]] = local
+        parts = [torch.empty_like(padded) for _ in range(world_size)]
+        dist.all_gather(parts, padded.contiguous())
+        ctx.start, ctx.count = sum(counts[:rank]), counts[rank]
+        return torch.cat([part[:count] for part, count in zip(parts, counts, strict=True)])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        return grad[ctx.start:ctx.start + ctx.count], None, None
+
+
+def all_gather_rows(local: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    """Every rank's rows of `local`, concatenated in rank order; the gradient flows back to this rank's rows."""
+    if not env.distributed:
+        return local
+    return _GatherRows.apply(local, env.world_size, env.rank)  # type: ignore[no-any-return]
+
+
 def any_rank(flag: bool, env: DistEnv, device: torch.device) -> bool:
     """True on every rank if it is true on any rank: keeps NaN and stop decisions agreed."""
     if not env.distributed:

@@ -8,6 +8,7 @@ own task is one small class in one file (`bertforge train --task my_task.py:MyTa
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,6 +52,19 @@ class TaskData:
     tokens_per_sample: float | None = None  # average real tokens per training sample, for token budgets
 
 
+@dataclass(frozen=True)
+class StepRunner:
+    """What a task that runs a whole optimizer step itself (`Task.train_step`) gets from the trainer."""
+
+    model: nn.Module  # the wrapped (DDP / FSDP) model: call it, not its submodules, so gradients are synced
+    device: torch.device
+    world_size: int
+    micro_batch: Callable[[bool], AbstractContextManager[object]]  # (last micro-batch?): gradient sync only on the last, + autocast
+    autocast: Callable[[], AbstractContextManager[object]]  # the run's precision, for passes without backward
+    backward: Callable[[torch.Tensor], None]  # backward of a loss, through the GradScaler when there is one
+    gather: Callable[[torch.Tensor], torch.Tensor]  # every rank's rows, in rank order; gradients flow to this rank's rows
+
+
 class Task:
     """Subclass and override `build_datasets`, `build_model` and `forward_step`."""
 
@@ -76,6 +90,12 @@ class Task:
         raise NotImplementedError(f"{type(self).__name__} must implement forward_step()")
 
     # --- optional -------------------------------------------------------------------------------
+
+    def train_step(self, micro_batches: Sequence[Batch], runner: StepRunner) -> tuple[float, dict[str, float]] | None:
+        """Run the forward and backward passes of a whole optimizer step, for a loss that couples the
+        micro-batches (in-batch negatives over the global batch); return the step's loss, the same on
+        every rank, and metrics. None (the default) = the trainer calls `forward_step` per micro-batch."""
+        return None
 
     def loss_units(self, batch: Batch) -> dict[str, float] | None:
         """Counts the loss is averaged over (e.g. {"masked_tokens": 37}); None = mean per micro-batch."""

@@ -15,6 +15,7 @@ import math
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from bertforge.train.optim import (
 )
 from bertforge.train.precision import Precision, resolve_precision
 from bertforge.train.resume_config import check_resumed_config
-from bertforge.train.task import Batch, Task, TaskData, saves_model_directories
+from bertforge.train.task import Batch, StepRunner, Task, TaskData, saves_model_directories
 
 
 @dataclass
@@ -361,7 +362,11 @@ class Trainer:
                 batch["global_loss_units"] = global_units
         self.model.train()
         step_loss, step_metrics = 0.0, {}
-        for index, batch in enumerate(micro_batches):
+        whole_step = self.task.train_step(micro_batches, self._step_runner())
+        if whole_step is not None:  # the task ran the step's passes itself; its loss is the same on every rank
+            step_loss = whole_step[0] / self.env.world_size if uses_units else whole_step[0]  # as the loop's sums
+            step_metrics = dict(whole_step[1])
+        for index, batch in enumerate(micro_batches if whole_step is None else ()):
             last = index == len(micro_batches) - 1
             with D.no_sync(self.model, last), self.precision.autocast(self.device):
                 loss, metrics = self.task.forward_step(batch, self.model)
@@ -394,6 +399,20 @@ class Trainer:
                     self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return global_loss, step_metrics, int(token_sum), non_finite
+
+    def _step_runner(self) -> StepRunner:
+        def micro_batch(last: bool) -> ExitStack:
+            stack = ExitStack()
+            stack.enter_context(D.no_sync(self.model, last))
+            stack.enter_context(self.precision.autocast(self.device))
+            return stack
+
+        def backward(loss: torch.Tensor) -> None:
+            self.scaler.scale(loss).backward() if self.scaler else loss.backward()
+
+        return StepRunner(self.model, self.device, self.env.world_size, micro_batch,
+                          lambda: self.precision.autocast(self.device), backward,
+                          lambda rows: D.all_gather_rows(rows, self.env))
 
     def _handle_non_finite(self, state: TrainingState, loss: float) -> str:
         policy = self.config.train.nan_policy

@@ -1,0 +1,49 @@
+"""`bertforge embed MODEL --input FILE --out vectors.npy`: sentence vectors, batched and unpadded."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertforge.commands.common import add_command
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        subparsers, "embed", help="write the sentence vectors of a file of texts as a .npy matrix",
+        description="Embed every text of a .txt file (one text per line) or of a column of a csv/tsv/jsonl/parquet "
+                    "file and write a [texts, hidden] float32 NumPy array (row i = text i). MODEL is an embedding run "
+                    "(finetune.task_type=embedding), its final/, a checkpoint, all-MiniLM-L6-v2 or any "
+                    "sentence-transformers directory (its pooling, Normalize and max_seq_length are used, so the "
+                    "vectors are those SentenceTransformer(dir).encode gives), or any other encoder (mean pooling). "
+                    "Batches are unpadded.",
+        example="""
+        bertforge embed runs/wordnet-embedding-minilm --input sentences.txt --out vectors.npy
+        bertforge embed all-MiniLM-L6-v2 --input pairs.jsonl --text-column anchor --out anchors.npy --overwrite
+        """)
+    parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
+    parser.add_argument("--input", required=True, help=".txt (one text per line) or csv/tsv/jsonl/parquet file")
+    parser.add_argument("--out", required=True, help="output .npy file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    parser.add_argument("--text-column", default="text", help="csv/tsv/jsonl/parquet: the column to embed (default: text)")
+    parser.add_argument("--delimiter", default=None,
+                        help="csv/tsv delimiter (default: from the extension, comma for .csv, tab for .tsv)")
+    parser.add_argument("--batch-size", type=int, default=64, help="texts per forward pass (default 64)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.console import log, quiet_transformers, stdout_console
+    from bertforge.embed import check_vectors_path, embed_texts, load_embedder, read_texts, write_vectors
+    from bertforge.errors import BertforgeError
+
+    if args.batch_size < 1:
+        raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
+    out = check_vectors_path(args.out, args.overwrite)
+    texts = read_texts(args.input, args.text_column, args.delimiter)
+    quiet_transformers()
+    embedder = load_embedder(args.model)
+    vectors = embed_texts(embedder, texts, args.batch_size)
+    write_vectors(vectors, out)
+    log.info(f"{len(texts):,} vectors of {vectors.shape[1]} dimensions from {embedder.name}")
+    stdout_console.print(f"{out} ({vectors.shape[0]} x {vectors.shape[1]}, float32)", markup=False, highlight=False)
+    return 0

@@ -1,0 +1,124 @@
+"""`bertforge embed`: sentence vectors of a file of texts, batched and unpadded, written as one .npy matrix.
+
+Any model reference works: an embedding run (or its final/, a sentence-transformers directory), a
+checkpoint, all-MiniLM-L6-v2 or another sentence-transformers directory (its pooling and Normalize
+are read from its files, and texts are truncated at its max_seq_length, so the vectors are the ones
+`SentenceTransformer(dir).encode` gives), or any other encoder (mean pooling).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.progress import Progress
+from torch import nn
+
+from bertforge.console import console, log, progress_enabled
+from bertforge.errors import BertforgeError, DataError
+from bertforge.inference import LoadedModel, load_model
+
+VECTORS_SUFFIX = ".npy"
+
+
+@dataclass
+class Embedder:
+    model: nn.Module  # a BertforgeForEmbedding in eval mode
+    tokenizer: Path
+    max_length: int  # tokens per text, [CLS] and [SEP] included
+    name: str
+
+
+def load_embedder(reference: str | Path) -> Embedder:
+    """The embedding model any reference names, with its tokenizer and truncation length."""
+    from bertforge.models.loading import as_embedding_model
+    from bertforge.models.sentence_transformers_format import read_sentence_transformers
+
+    loaded: LoadedModel = load_model(reference)
+    path = loaded.location.path
+    model = loaded.embedding_model()
+    if model is None:
+        log.info(f"{loaded.name} is not an embedding model: its vectors are the mean of its token states")
+        model = as_embedding_model(loaded.model, path).eval()
+    max_length = loaded.max_length
+    settings = read_sentence_transformers(path)
+    if loaded.location.run_dir is None and settings is not None and settings.max_seq_length is not None:
+        max_length = min(max_length, settings.max_seq_length)  # sentence-transformers counts [CLS] and [SEP]
+    return Embedder(model, loaded.tokenizer(), max_length, loaded.name)
+
+
+def read_texts(source: str | Path, text_column: str = "text", delimiter: str | None = None) -> list[str]:
+    """Texts to embed: a .txt file, one per line, or a column of a csv/tsv/jsonl/parquet file."""
+    from bertforge.data.labels import _check_columns, _text
+    from bertforge.data.records import read_records
+
+    path = Path(source).expanduser()
+    if path.suffix == ".txt":
+        if not path.is_file():
+            raise DataError(f"{source}: no such file")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise DataError(f"{source}: not UTF-8 text; convert it (iconv -t utf-8)") from None
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                raise DataError(f"{source}:{number}: empty line; every line is one text (its vector is row "
+                                f"{number - 1} of the output), so remove it")
+        if not lines:
+            raise DataError(f"{source}: no lines; the file is empty")
+        return lines
+    records = read_records(source, columns=[text_column], delimiter=delimiter)
+    _check_columns(records, {"text_column": text_column}, cli_flags=True)
+    texts = [_text(row.get(text_column), text_column, records.where(number)) for number, row in records.rows]
+    if not texts:
+        raise DataError(f"{records.source}: no rows; the file is empty")
+    return texts
+
+
+@torch.no_grad()
+def embed_texts(embedder: Embedder, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    """[texts, hidden] float32 vectors, in the order of `texts`; each batch is one unpadded forward pass."""
+    from bertforge.batch import model_inputs
+    from bertforge.data.pairs import TokenizedTexts, texts_batch
+
+    tokenized = TokenizedTexts(list(texts), embedder.tokenizer, embedder.max_length)
+    vectors = np.zeros((len(texts), embedder.model.config.hidden_size), dtype=np.float32)
+    with Progress(console=console, transient=True, disable=not progress_enabled()) as progress:
+        bar = progress.add_task("embedding", total=len(texts))
+        for start in range(0, len(texts), batch_size):
+            end = min(start + batch_size, len(texts))
+            batch = texts_batch([tokenized[i] for i in range(start, end)])
+            vectors[start:end] = embedder.model(**model_inputs(batch)).float().numpy()
+            progress.advance(bar, end - start)
+    return vectors
+
+
+def check_vectors_path(out: str | Path, overwrite: bool) -> Path:
+    """Where the vectors go: a .npy path, not an existing file unless `overwrite` (checked before any work)."""
+    from bertforge.output_paths import output_file
+
+    path = output_file(out, "--out", "vectors.npy")
+    if path.suffix != VECTORS_SUFFIX:
+        raise BertforgeError(f"--out {out} does not end in {VECTORS_SUFFIX}; the vectors are a NumPy array "
+                             f"(np.load reads it): give e.g. {path.with_suffix(VECTORS_SUFFIX)}")
+    if path.exists() and not overwrite:
+        raise BertforgeError(f"--out {out} exists; add --overwrite to replace it, or choose another path")
+    return path
+
+
+def write_vectors(vectors: np.ndarray, path: Path) -> Path:
+    """Write atomically: a reader (or a crash) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with open(partial, "wb") as f:
+            np.save(f, vectors)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return path

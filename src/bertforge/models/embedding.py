@@ -1,0 +1,46 @@
+"""The sentence embedding model: the encoder, then one vector per sequence (mean, [CLS] or last token).
+
+No weights besides the encoder's: a sentence-transformers model is a transformer plus a pooling
+rule (and optionally unit length), and that is what this class is, so it exports to that format
+exactly (`models.sentence_transformers_format`). With cls or last pooling the encoder's last
+layer computes only the pooled rows (`BertforgeModel.encode` with rows). The losses live in
+`tasks/embedding.py`: they need the embeddings of the whole global batch, which one forward of one
+micro-batch does not see.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.errors import ConfigError
+from bertforge.models.config import EncoderConfig
+from bertforge.models.encoder import BertforgeModel, pack_inputs
+from bertforge.models.heads import pool, pooled_rows
+from bertforge.models.serialization import SavableModel
+
+EMBEDDING_POOLINGS = ("mean", "cls", "last")
+
+
+class BertforgeForEmbedding(SavableModel, nn.Module):
+    def __init__(self, config: EncoderConfig, normalize: bool = False):
+        super().__init__()
+        if config.pooling not in EMBEDDING_POOLINGS:
+            raise ConfigError(f"sentence embeddings pool by {', '.join(EMBEDDING_POOLINGS)}, not "
+                              f"pooling={config.pooling} (BERT's pooler belongs to classifiers); set model.pooling")
+        self.config = config
+        self.normalize = normalize
+        self.encoder = BertforgeModel(config)
+
+    def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
+                position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, num_samples: int | None = None) -> torch.Tensor:
+        """[sequences, hidden] embeddings, unit length when `normalize` (`num_samples` is unused)."""
+        packed = pack_inputs(input_ids, cu_seqlens, max_seqlen, position_ids, token_type_ids, attention_mask)
+        hidden = self.encoder.encode(packed, pooled_rows(packed.cu_seqlens, self.config.pooling))
+        embeddings = pool(hidden, packed.cu_seqlens, self.config.pooling)
+        return F.normalize(embeddings, dim=-1) if self.normalize else embeddings
+
+    def head_arguments(self) -> dict[str, object]:
+        return {"normalize": self.normalize}

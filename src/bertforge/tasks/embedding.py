@@ -1,0 +1,186 @@
+"""Sentence-embedding fine-tuning (`finetune.task_type: embedding`): contrastive or cosine-regression.
+
+A `ClassificationTask` in everything but the data, the model and the loss: the same tokenizer and
+model reference resolution (`model.init_from`: all-MiniLM-L6-v2, a pre-training run, a checkpoint,
+an HF or sentence-transformers directory, whose pooling is read from its files), checkpoints as
+model directories, best-checkpoint reload. Pairs come from csv/tsv/jsonl/parquet (`data.pairs`);
+every text of a micro-batch is embedded in one unpadded forward pass.
+
+`finetune.embedding_loss`:
+* mnrl — MultipleNegativesRanking over the whole global batch: the in-batch negatives stay global
+  under accumulation (GradCache) and across ranks (gathered embeddings), `tasks.contrastive`.
+  Validation: retrieval of each held-out anchor's positive among all held-out positives (MRR@10,
+  recall@1/5/10, nDCG@10, `tasks.retrieval`), usable as `train.best_metric`.
+* cosine — MSE of cos(a, b) against a score; a sum over pairs divided by the global batch's pairs,
+  so the trainer's accumulation gives one big batch's step. Validation: Pearson, Spearman, MSE.
+
+`final/` is a sentence-transformers directory (`SentenceTransformer(run/final)` loads it) holding
+the same vectors as `bertforge embed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.batch import model_inputs
+from bertforge.console import log
+from bertforge.data.pairs import PairData, PairDataset, PairSplit, collate_pairs, load_pair_data
+from bertforge.locate import resolve_model
+from bertforge.tasks.classify import ClassificationTask
+from bertforge.tasks.contrastive import (
+    cosine_errors,
+    global_batch_step,
+    mnrl_over,
+    multiple_negatives_ranking,
+    roles_of,
+)
+from bertforge.tasks.evaluation import EvaluationReport, metrics_line, write_evaluation
+from bertforge.tasks.metrics import compute_metrics
+from bertforge.tasks.retrieval import RETRIEVAL_METRICS, retrieval_scores
+from bertforge.train.map_style import iterate_once
+from bertforge.train.task import Batch, StepRunner, TaskData
+
+TASK_TYPE = "embedding"
+LOSS_UNIT = "pairs"  # the cosine loss is averaged over the pairs of the global batch
+COSINE_METRICS = ("pearson", "spearman", "mse")
+
+
+class EmbeddingTask(ClassificationTask):
+    """Fine-tune a sentence-embedding model on `finetune.*` pairs, from `model.init_from` or from scratch."""
+
+    def __init__(self, config) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(config)
+        self.pairs: PairData | None = None
+
+    @property
+    def mnrl(self) -> bool:
+        return self.config.finetune.embedding_loss == "mnrl"
+
+    # --- data -----------------------------------------------------------------------------------
+
+    def build_datasets(self) -> TaskData:
+        section = self.config.finetune
+        if self.pairs is None:
+            self.pairs = load_pair_data(self._with_resolved_files())
+        self._check_best_metric()
+        tokenizer = self.tokenizer_dir()
+        train = PairDataset(self.pairs.train, tokenizer, section.max_length)
+        validation = self.pairs.validation
+        validation_set = PairDataset(validation, tokenizer, section.max_length) if validation is not None else None
+        texts = len(train.columns)
+        log.info(f"embedding data: {len(train):,} training {'triplets' if texts == 3 else 'pairs'} "
+                 f"({train.num_tokens / max(len(train) * texts, 1):.1f} tokens per text on average, no padding), "
+                 f"{len(validation_set) if validation_set else 0:,} validation, loss {section.embedding_loss}")
+        return TaskData(train=train, collate=collate_pairs, validation=validation_set,
+                        tokens_per_sample=train.num_tokens / max(len(train), 1))
+
+    # --- model ----------------------------------------------------------------------------------
+
+    def build_model(self) -> nn.Module:
+        section, normalize = self.config.model, self.config.finetune.normalize_embeddings
+        if section.init_from:
+            from bertforge.models.loading import load_for_task, runtime_overrides
+
+            model = load_for_task(resolve_model(section.init_from).path, TASK_TYPE, normalize=normalize,
+                                  config_overrides=runtime_overrides(section))
+        else:
+            from bertforge.data.tokenizer import load_tokenizer
+            from bertforge.models import BertforgeForEmbedding, encoder_config_from_section
+
+            encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
+            # a preset's pooling is a classifier's (BERT's pooler); a sentence embedding is the token mean
+            model = BertforgeForEmbedding(dataclasses.replace(encoder, pooling=section.pooling or "mean"), normalize)
+        self._check_positions(model)
+        return model
+
+    # --- training -------------------------------------------------------------------------------
+
+    def loss_units(self, batch: Batch) -> dict[str, float] | None:
+        return None if self.mnrl else {LOSS_UNIT: float(batch["num_samples"])}
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of one micro-batch: MNRL among its own pairs (a whole step when it is the only
+        micro-batch of one process; else `train_step` runs), or its part of the global cosine loss."""
+        roles = roles_of(model(**model_inputs(batch)), batch)
+        if self.mnrl:
+            return multiple_negatives_ranking(roles[0], torch.cat(roles[1:]), self.config.finetune.similarity_scale), {}
+        errors = cosine_errors(roles[0], roles[1], batch["labels"])
+        return errors.sum() / batch["global_loss_units"][LOSS_UNIT], {}
+
+    def train_step(self, micro_batches: Sequence[Batch], runner: StepRunner) -> tuple[float, dict[str, float]] | None:
+        """MNRL with the negatives of every micro-batch and rank of the step (`tasks.contrastive`)."""
+        if not self.mnrl or (len(micro_batches) == 1 and runner.world_size == 1):
+            return None
+        scale = self.config.finetune.similarity_scale
+        loss = global_batch_step(micro_batches, runner,
+                                 lambda embeddings, batches, gather: mnrl_over(embeddings, batches, gather, scale))
+        return loss, {}
+
+    def metric_names(self) -> set[str]:
+        return set(RETRIEVAL_METRICS if self.mnrl else COSINE_METRICS) | {"loss"}
+
+    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        assert self.pairs is not None and self.pairs.validation is not None
+        return pair_metrics(model, batches, self.pairs.validation, self.config.finetune.embedding_loss,
+                            self.config.finetune.similarity_scale)
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def final_splits(self) -> dict[str, PairSplit]:  # type: ignore[override]
+        assert self.pairs is not None
+        if self.pairs.test is not None:
+            return {"test": self.pairs.test}
+        return {"validation": self.pairs.validation} if self.pairs.validation is not None else {}
+
+    def save_final(self, model: nn.Module, directory: Path) -> None:
+        """Evaluate the final splits with the (best) model, then export `final/` as a sentence-transformers
+        directory that truncates where training did (finetune.max_length)."""
+        from bertforge.models.sentence_transformers_format import export_sentence_transformers
+
+        model.eval()
+        section = self.config.finetune
+        tokenizer = self.tokenizer_dir()
+        for name, split in self.final_splits().items():
+            report = evaluate_pairs(model, split, tokenizer, section.max_length, name, section.embedding_loss,
+                                    section.similarity_scale, self.config.train.micro_batch_size)
+            written = write_evaluation(report, directory.parent)
+            log.info(f"{name} ({len(split):,} pairs): {metrics_line(report.metrics)}")
+            log.info(f"{name} report: {', '.join(str(p) for p in written)}")
+        export_sentence_transformers(model, tokenizer, directory, max_seq_length=section.max_length)  # type: ignore[arg-type]
+
+
+@torch.no_grad()
+def pair_metrics(model: nn.Module, batches: Iterable[Batch], split: PairSplit, embedding_loss: str,
+                 scale: float) -> dict[str, float]:
+    """Retrieval metrics and the mean micro-batch MNRL (mnrl), or Pearson/Spearman/MSE of the cosine
+    similarities against the scores (cosine), of the pairs in `batches` (the first rows of `split`, in order)."""
+    device = next(model.parameters()).device
+    by_batch: list[list[torch.Tensor]] = []
+    scores: list[torch.Tensor] = []
+    for batch in batches:
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_inputs(batch).items()}
+        by_batch.append([role.float().cpu() for role in roles_of(model(**inputs), batch)])
+        if "labels" in batch:
+            scores.append(batch["labels"])
+    roles = [torch.cat(role) for role in zip(*by_batch, strict=True)]
+    if embedding_loss == "cosine":
+        similarities = F.cosine_similarity(roles[0], roles[1], dim=-1)
+        target = torch.cat(scores)
+        return compute_metrics("regression", similarities.numpy(), target.numpy()) | {
+            "loss": float(cosine_errors(roles[0], roles[1], target).mean())}
+    losses = [float(multiple_negatives_ranking(b[0], torch.cat(b[1:]), scale)) for b in by_batch]
+    return retrieval_scores(split, roles) | {"loss": sum(losses) / max(len(losses), 1)}
+
+
+def evaluate_pairs(model: nn.Module, split: PairSplit, tokenizer: Path, max_length: int, name: str,
+                   embedding_loss: str, scale: float, batch_size: int) -> EvaluationReport:
+    """The evaluation report (`<name>_results.json`, `<name>_report.md`) of an embedding model on pairs."""
+    dataset = PairDataset(split, tokenizer, max_length)
+    metrics = pair_metrics(model, iterate_once(dataset, collate_pairs, batch_size), split, embedding_loss, scale)
+    return EvaluationReport(name, split.source, TASK_TYPE, [], metrics | {"examples": float(len(split))}, [], None)
