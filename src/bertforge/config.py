@@ -270,6 +270,7 @@ class DistSection:
     strategy: str = "ddp"  # none | ddp | zero1 (sharded optimizer state) | fsdp (FSDP2, ZeRO-3); used when WORLD_SIZE > 1
     activation_checkpointing: bool = False  # recompute each layer's activations in backward to save memory
     compile: bool = False  # torch.compile the model (30-70 s to compile; pays off on GPUs)
+    compile_backend: str = "inductor"  # torch.compile's backend: inductor generates kernels; aot_eager only traces (debugging)
 
     def __post_init__(self) -> None:
         check_choice("dist.strategy", self.strategy, STRATEGIES)

@@ -76,8 +76,13 @@ class RowPlacement:
     is_identity: bool  # one full-length sequence per row, in order: no copy, no mask needed
 
 
+@torch.compiler.disable
 def place_in_rows(cu_seqlens: torch.Tensor, max_seqlen: int) -> RowPlacement:
-    """First-fit decreasing: short sequences share rows, so SDPA computes fewer padded slots."""
+    """First-fit decreasing: short sequences share rows, so SDPA computes fewer padded slots.
+
+    Python bookkeeping over the batch's lengths, kept out of `torch.compile`: traced, every length
+    became a guard and each new batch recompiled. Run eagerly, it costs one graph break per forward.
+    """
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
     total_tokens = int(cu_seqlens[-1])
     device = cu_seqlens.device

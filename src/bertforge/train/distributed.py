@@ -166,7 +166,7 @@ def parallelize(model: nn.Module, layers: Sequence[nn.Module], section: DistSect
             log.warning("dist.activation_checkpointing is on but the model has no `layers` blocks; ignored")
         apply_activation_checkpointing(layers)
     if section.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
+        model = torch.compile(model, backend=section.compile_backend)  # type: ignore[assignment]
     if not env.distributed or section.strategy == "none":
         return model
     if section.strategy in ("ddp", "zero1"):
