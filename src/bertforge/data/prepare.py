@@ -13,7 +13,7 @@ Two parallel stages, both deterministic whatever the number of worker processes:
 Resumable and safe: the output is keyed by a content hash of the inputs, the tokenizer and the
 settings. Staged chunks and finished shards of an interrupted run with the same key are reused;
 shards go to a fresh `shards-<key>/` directory and `index.json` is replaced atomically at the
-very end, so an interruption leaves the previous dataset (if any) intact and readable. Running
+very end (in a bucket: uploaded after every shard), so an interruption leaves the previous dataset (if any) intact and readable. Running
 again with the same key is a no-op, like the cached dataset artifact of the Union/Flyte example.
 """
 
@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 
 from bertforge import __version__
@@ -57,6 +56,7 @@ from bertforge.directory_lock import DirectoryLock
 from bertforge.disk import disk_write
 from bertforge.errors import DataError
 from bertforge.processes import die_with_parent
+from bertforge.storage import filesystem, storage_errors, with_retries
 
 SPLIT_NAMES = ("train", "validation", "test")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -298,23 +298,27 @@ def cache_key(input_fingerprint: str, tokenizer_fingerprint: str, settings: Prep
 
 
 def _existing_manifest(out: str) -> dict[str, Any] | None:
+    """The manifest already at `out`, if any. For a URL this is also the first contact with the store:
+    wrong credentials or a missing bucket stop here, before minutes of tokenization."""
     try:
         if is_local(out):
             return json.loads((local_path(out) / MANIFEST_NAME).read_text(encoding="utf-8"))
-        with fsspec.open(f"{out.rstrip('/')}/{MANIFEST_NAME}", "r") as f:
-            return json.loads(f.read())
+        where = f"{out}/{MANIFEST_NAME}"
+        fs, path = filesystem(where)
+        return json.loads(with_retries(where, "read", lambda: fs.cat_file(path)))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
 def _complete(out: str, manifest: dict[str, Any]) -> bool:
-    fs, root = fsspec.core.url_to_fs(out)
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            for entry in shard["files"].values():
-                path = f"{root.rstrip('/')}/{entry['path']}"
-                if not fs.exists(path) or fs.size(path) != entry["bytes"]:
-                    return False
+    fs, root = filesystem(out)
+    with storage_errors(out, "list"):
+        for split in manifest["splits"].values():
+            for shard in split["shards"]:
+                for entry in shard["files"].values():
+                    path = f"{root.rstrip('/')}/{entry['path']}"
+                    if not fs.exists(path) or fs.size(path) != entry["bytes"]:
+                        return False
     return True
 
 
@@ -472,15 +476,20 @@ def _publish(out: str, work: Path, build_name: str, manifest: dict[str, Any]) ->
         for entry in (work / build_name).glob("*.entry.json"):
             entry.unlink()
         return
-    fs, root = fsspec.core.url_to_fs(out)
+    # the build's files first, the manifest after all of them: a reader (or a prepare killed midway)
+    # never leaves a manifest that points at a shard not yet uploaded; the previous build stays readable
+    fs, root = filesystem(out)
     for entry in (work / build_name).glob("*.entry.json"):
         entry.unlink()
     for path in sorted((work / build_name).rglob("*")):
         if path.is_file():
-            fs.makedirs(f"{root}/{path.parent.relative_to(work).as_posix()}", exist_ok=True)
-            fs.put_file(str(path), f"{root}/{path.relative_to(work).as_posix()}")
-    fs.pipe_file(f"{root}/{MANIFEST_NAME}", data)
-    for old in fs.glob(f"{root}/shards-*"):
-        if not old.rstrip("/").endswith(build_name):
-            fs.rm(old, recursive=True)
+            target = f"{root}/{path.relative_to(work).as_posix()}"
+            fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)  # a no-op on object stores; memory:// wants it
+            with_retries(f"{out}/{path.relative_to(work).as_posix()}", "upload",
+                         lambda path=path, target=target: fs.put_file(str(path), target))
+    with_retries(f"{out}/{MANIFEST_NAME}", "upload", lambda: fs.pipe_file(f"{root}/{MANIFEST_NAME}", data))
+    with storage_errors(out, "clean up older builds in"):
+        for old in fs.glob(f"{root}/shards-*"):
+            if not old.rstrip("/").endswith(build_name):
+                fs.rm(old, recursive=True)
     shutil.rmtree(work, ignore_errors=True)
