@@ -44,6 +44,15 @@ def error_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def run_main(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
+    """`bertforge ARGS` in this process (the heavy imports are paid once): exit code and stderr's text."""
+    from bertforge.cli import main
+
+    capsys.readouterr()
+    code = main(list(arguments))
+    return code, " ".join(capsys.readouterr().err.split())
+
+
 def objects(url: str) -> list[str]:
     fs, path = fsspec.core.url_to_fs(url)
     return sorted(p[len(path) + 1:] for p in fs.find(path))
@@ -64,11 +73,12 @@ def prepared_in_bucket(s3_server: SeaweedServer, corpus_slice: Path, tokenizer_d
 
 
 def test_prepare_into_a_bucket_reads_back_sample_for_sample(s3_prefix: str, corpus_slice: Path, tokenizer_dir: Path,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"{s3_prefix}/data"
-    done = cli("prepare", "pretrain", "--input", str(corpus_slice), "--tokenizer", str(tokenizer_dir), "--out", url,
-               "--nsp", "--split", "9,1", "--chunk-mb", str(16 / 1024), "--workers", "0")
-    assert done.returncode == 0, done.stderr
+    arguments = ["prepare", "pretrain", "--input", str(corpus_slice), "--tokenizer", str(tokenizer_dir), "--out", url,
+                 "--nsp", "--split", "9,1", "--chunk-mb", str(16 / 1024), "--workers", "0"]
+    code, err = run_main(capsys, *arguments)
+    assert code == 0, err
     local = tmp_path / "local"
     prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, local, SMALL_CHUNKS, workers=0, progress=False)
     stored = objects(url)
@@ -79,9 +89,8 @@ def test_prepare_into_a_bucket_reads_back_sample_for_sample(s3_prefix: str, corp
         assert all(np.array_equal(remote[i], expected[i]) for i in range(len(expected)))
         assert [remote.next_sentence_label(i) for i in range(len(remote))] == \
                [expected.next_sentence_label(i) for i in range(len(expected))]
-    again = cli("prepare", "pretrain", "--input", str(corpus_slice), "--tokenizer", str(tokenizer_dir), "--out", url,
-                "--nsp", "--split", "9,1", "--chunk-mb", str(16 / 1024), "--workers", "0")
-    assert again.returncode == 0 and "up to date" in again.stderr, again.stderr
+    code, err = run_main(capsys, *arguments)
+    assert code == 0 and "up to date" in err, err
 
 
 TINY_PRETRAIN = ["model.preset=bert-tiny", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
@@ -90,11 +99,16 @@ TINY_PRETRAIN = ["model.preset=bert-tiny", "model.hidden_size=32", "model.num_he
                  "data.validation_samples=16", "train.eval_every=3", "train.checkpoint_every=3"]
 
 
-def pretrain(data: str, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """`bertforge pretrain CONFIG data.path=DATA`: a tiny model, 3 steps, an evaluation and a checkpoint."""
+def write_run_config(run_dir: Path) -> Path:
     config = run_dir.parent / f"{run_dir.name}.yaml"
     config.write_text(f"run: {{name: {run_dir.name}, output_dir: {run_dir.parent}}}\n", encoding="utf-8")
-    return cli("-q", "pretrain", str(config), f"data.path={data}", *TINY_PRETRAIN, *extra)
+    return config
+
+
+def pretrain(data: str, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`bertforge pretrain CONFIG data.path=DATA` in a new process: a tiny model, 3 steps, an evaluation and a
+    checkpoint."""
+    return cli("-q", "pretrain", str(write_run_config(run_dir)), f"data.path={data}", *TINY_PRETRAIN, *extra)
 
 
 def test_pretrain_trains_from_a_bucket(prepared_in_bucket: str, s3_environment: dict[str, str], tmp_path: Path) -> None:
@@ -163,3 +177,117 @@ def test_two_processes_racing_for_one_cache_download_each_file_once(prepared_in_
             import hashlib
 
             assert hashlib.sha256((cache / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
+
+
+def upload(local: Path, url: str) -> str:
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.put_file(str(local), path)
+    return url
+
+
+def test_finetune_and_predict_read_labeled_files_from_a_bucket(s3_prefix: str, data_dir: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers.finetuning import TINY_MODEL, minilm_dir, supersense_files
+
+    overrides = supersense_files(data_dir, train=48, validation=16, test=16)
+    remote = []
+    for override in overrides[:3]:  # train, validation, test files -> s3:// URLs
+        key, _, local = override.partition("=")
+        remote.append(f"{key}={upload(Path(local), f'{s3_prefix}/{Path(local).name}')}")
+    config = tmp_path / "finetune.yaml"
+    config.write_text(f"run: {{name: run, output_dir: {tmp_path}}}\n", encoding="utf-8")
+    code, err = run_main(capsys, "-q", "finetune", str(config), *TINY_MODEL, *remote, overrides[3],
+                         f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=2",
+                         "train.micro_batch_size=16", "train.global_batch_size=16", "data.num_workers=0",
+                         "log.tensorboard=false", "log.progress=false")
+    assert code == 0, err
+    assert (tmp_path / "run" / "test_results.json").is_file()
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert f"{s3_prefix}/supersense-train-48.jsonl" in saved  # the run records the URL, not the cache copy
+    predictions = tmp_path / "predictions.jsonl"
+    code, err = run_main(capsys, "predict", str(tmp_path / "run"), "--input", f"{s3_prefix}/supersense-test-16.jsonl",
+                         "--out", str(predictions))
+    assert code == 0, err
+    assert len(predictions.read_text().splitlines()) == 16
+    code, err = run_main(capsys, "predict", str(tmp_path / "run"), "--input", f"{s3_prefix}/no-such-file.jsonl",
+                         "--out", str(tmp_path / "none.jsonl"))
+    assert code == 2 and f"{s3_prefix}/no-such-file.jsonl: no such object" in err, err
+
+
+def test_export_writes_a_model_directory_to_a_bucket_and_never_over_other_objects(
+        s3_prefix: str, tiny_classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import transformers
+
+    out = f"{s3_prefix}/exported"
+    code, err = run_main(capsys, "export", str(tiny_classifier), "--out", out)
+    assert code == 0, err
+    names = objects(out)
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(names)
+    copy = tmp_path / "downloaded"
+    fs, path = fsspec.core.url_to_fs(out)
+    fs.get(f"{path}/", str(copy), recursive=True)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(copy)
+    assert model.config.num_labels > 1
+    # an earlier export is replaced only with --overwrite; anything else is never touched
+    code, err = run_main(capsys, "export", str(tiny_classifier), "--out", out)
+    assert code == 2 and "holds an earlier export" in err and "--overwrite" in err, err
+    assert run_main(capsys, "export", str(tiny_classifier), "--out", out, "--overwrite")[0] == 0
+    assert objects(out) == names
+    fs.pipe_file(f"{fsspec.core.url_to_fs(s3_prefix)[1]}/mine/notes.txt", b"a user's file")
+    code, err = run_main(capsys, "export", str(tiny_classifier), "--out", f"{s3_prefix}/mine", "--overwrite")
+    assert code == 2 and "is not empty and is not an earlier export (it holds notes.txt)" in err, err
+    assert fs.cat_file(f"{fsspec.core.url_to_fs(s3_prefix)[1]}/mine/notes.txt") == b"a user's file"
+
+
+# ---------------------------------------------------------------------------------------------
+# faults against the real server
+
+
+def test_a_shard_changed_in_the_bucket_after_preparation_is_named(s3_prefix: str, corpus_slice: Path,
+                                                                  tokenizer_dir: Path, tmp_path: Path) -> None:
+    url = f"{s3_prefix}/data"
+    manifest = prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, url, SMALL_CHUNKS, workers=0,
+                                        progress=False)
+    fs, root = fsspec.core.url_to_fs(url)
+    changed = {}
+    for shard in manifest["splits"]["train"]["shards"]:  # whichever the first micro-batch reads is changed
+        path = shard["files"]["tokens"]["path"]
+        data = bytearray(fs.cat_file(f"{root}/{path}"))
+        data[-1] ^= 0xFF  # same size, different bytes: only the checksum can tell
+        fs.pipe_file(f"{root}/{path}", bytes(data))
+        changed[shard["name"]] = f"{url}/{path}"
+    line = error_line(pretrain(url, tmp_path / "run"))
+    named = [name for name in changed if f"shard {name}: {changed[name]} does not match its checksum" in line]
+    assert len(named) == 1, line
+
+
+def test_wrong_or_missing_credentials_a_missing_bucket_and_a_bad_scheme_are_one_line(
+        s3_prefix: str, s3_environment: dict[str, str], prepared_in_bucket: str, corpus_slice: Path,
+        tokenizer_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import s3fs
+
+    def attempt(*arguments: str) -> str:
+        s3fs.S3FileSystem.clear_instance_cache()  # as a new process would, under the variables set now
+        code, err = run_main(capsys, *arguments)
+        assert code == 2 and err.startswith("error: ") and "Traceback" not in err, err
+        return err
+
+    prepare = ["prepare", "pretrain", "--input", str(corpus_slice), "--tokenizer", str(tokenizer_dir), "--workers", "0"]
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    err = attempt(*prepare, "--out", f"{s3_prefix}/data")
+    assert f"{s3_prefix}/data/index.json: access denied" in err and "AWS_SECRET_ACCESS_KEY" in err
+    err = attempt("-q", "pretrain", str(write_run_config(tmp_path / "run")),
+                  f"data.path={prepared_in_bucket}", *TINY_PRETRAIN)
+    assert f"{prepared_in_bucket}/index.json: access denied" in err
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws either
+    err = attempt(*prepare, "--out", f"{s3_prefix}/data")
+    assert f"{s3_prefix}/data/index.json: no credentials" in err and "AWS_ACCESS_KEY_ID" in err
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_environment["AWS_ACCESS_KEY_ID"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_environment["AWS_SECRET_ACCESS_KEY"])
+    err = attempt("-q", "pretrain", str(write_run_config(tmp_path / "run")), "data.path=s3://no-such-bucket-here/data",
+                  *TINY_PRETRAIN)
+    assert "s3://no-such-bucket-here/data/index.json: the bucket does not exist" in err
+    err = attempt(*prepare, "--out", "nosuchscheme://bucket/data")
+    assert "nosuchscheme://bucket/data" in err and "unknown URL scheme" in err

@@ -16,8 +16,11 @@ through transient ones (a server restarting, a dropped connection) with exponent
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import fsspec
@@ -130,3 +133,43 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """fsspec's file system and path for `url`, with an unknown scheme or a missing package as one line."""
     with storage_errors(url, "open"):
         return fsspec.core.url_to_fs(url)
+
+
+def cache_root() -> Path:
+    """Where remote data is copied: $BERTFORGE_CACHE, else ~/.cache/bertforge."""
+    return Path(os.environ.get("BERTFORGE_CACHE", Path.home() / ".cache" / "bertforge"))
+
+
+def local_copy(url: str) -> Path:
+    """A remote file (or directory) copied into the cache, under its own name; reused while it is unchanged.
+
+    The copy is keyed by the URL and the object's size and ETag (or modification time), so a changed
+    object is fetched again. Each file appears by `os.replace`, so a reader never sees half of one.
+    Labeled data is small next to shards and is read whole, so it is copied rather than streamed.
+    """
+    fs, path = filesystem(url)
+    try:
+        info = with_retries(url, "read", lambda: fs.info(path))
+    except FileNotFoundError:
+        raise DataError(f"{url}: no such object; check the URL (bucket and key) and AWS_ENDPOINT_URL") from None
+    version = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or ""
+    key = hashlib.sha256(f"{url}\0{info.get('size')}\0{version}".encode()).hexdigest()[:20]
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    target = cache_root() / "files" / key / name
+    if info.get("type") == "directory":
+        files = with_retries(url, "list", lambda: fs.find(path))
+        for remote in files:
+            _copy_file(fs, remote, target / remote[len(path.rstrip("/")) + 1:], url)
+    else:
+        _copy_file(fs, path, target, url)
+    return target
+
+
+def _copy_file(fs: fsspec.AbstractFileSystem, remote: str, target: Path, url: str) -> None:
+    if target.is_file():
+        return
+    data = with_retries(url, "download", lambda: fs.cat_file(remote))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    temporary.write_bytes(data)
+    os.replace(temporary, target)

@@ -49,7 +49,7 @@ from bertforge.data.masking import Masker, MaskingSettings
 from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, DataError
 from bertforge.processes import die_with_parent
 
 LAYOUTS = ("unpadded", "padded")
@@ -99,13 +99,27 @@ class EvalSampler:
 
 
 class FetchingSampler:
-    """Micro-batches of `sampler`, each yielded once its shards are local; the next ones' are fetched ahead."""
+    """Micro-batches of `sampler`, each yielded once its shards are local; the next ones' are fetched ahead.
+
+    A shard that cannot be fetched (corrupt, missing, store unreachable after retries) ends the
+    iteration and is kept in `failure`: raising inside DataLoader's index feeding would leave its
+    worker queues half shut (a second traceback at exit); ending lets the loader drain the batches
+    already built, and `TensorBatches` raises the failure where the missing batch was due.
+    """
 
     def __init__(self, sampler: Iterable[MicroBatch], dataset: PretokenizedDataset,
                  lookahead: int = PREFETCH_MICRO_BATCHES) -> None:
         self.sampler, self.dataset, self.lookahead = sampler, dataset, lookahead
+        self.failure: DataError | None = None
 
     def __iter__(self) -> Iterator[MicroBatch]:
+        self.failure = None
+        try:
+            yield from self._fetched()
+        except DataError as error:
+            self.failure = error
+
+    def _fetched(self) -> Iterator[MicroBatch]:
         upcoming = iter(self.sampler)
         window: deque[MicroBatch] = deque(itertools.islice(upcoming, self.lookahead + 1))
         for micro in window:  # in order of use: the pool fetches the first micro-batch's shards first
@@ -203,6 +217,7 @@ class TensorBatches:
     def __init__(self, batches: PretrainingBatches, sampler: Any, num_workers: int) -> None:
         if batches.dataset.cache is not None:
             sampler = FetchingSampler(sampler, batches.dataset)
+        self.sampler = sampler
         # a private generator: DataLoader draws its worker base seed from it; drawing from the global
         # RNG would shift dropout after a resume and break bitwise-exact resumption
         self.loader = DataLoader(batches, sampler=sampler, batch_size=None, num_workers=num_workers,
@@ -214,6 +229,8 @@ class TensorBatches:
         for batch in self.loader:
             yield {key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
                    for key, value in batch.items()}
+        if isinstance(self.sampler, FetchingSampler) and self.sampler.failure is not None:
+            raise self.sampler.failure
 
 
 class PretrainingLoader:

@@ -32,7 +32,7 @@ import numpy as np
 from bertforge.console import log
 from bertforge.data.shard_cache import ShardCache
 from bertforge.errors import DataError
-from bertforge.storage import filesystem, is_remote, with_retries
+from bertforge.storage import cache_root, filesystem, is_remote, with_retries
 
 FORMAT_NAME = "bertforge-pretokenized"
 FORMAT_VERSION = 1
@@ -42,11 +42,6 @@ SHARD_FILES = ("tokens", "offsets", "pairs")
 
 def token_dtype_for(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
-
-
-def cache_root() -> Path:
-    """Where remote datasets are copied: $BERTFORGE_CACHE, else ~/.cache/bertforge."""
-    return Path(os.environ.get("BERTFORGE_CACHE", Path.home() / ".cache" / "bertforge"))
 
 
 def is_local(url: str) -> bool:
