@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +24,7 @@ from helpers.s3_server import BUCKET
 
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
 from bertforge.data.shards import PretokenizedDataset
+from bertforge.errors import DataError
 
 if TYPE_CHECKING:
     from helpers.s3_server import SeaweedServer
@@ -149,6 +152,7 @@ FETCH_ALL = """
 import sys, time
 from pathlib import Path
 from bertforge.data.shards import PretokenizedDataset
+from bertforge.errors import DataError
 dataset = PretokenizedDataset(sys.argv[1], "train", cache_dir=sys.argv[2])
 Path(sys.argv[3]).touch()
 while len(list(Path(sys.argv[3]).parent.glob("ready-*"))) < 2:  # start fetching together
@@ -291,3 +295,73 @@ def test_wrong_or_missing_credentials_a_missing_bucket_and_a_bad_scheme_are_one_
     assert "s3://no-such-bucket-here/data/index.json: the bucket does not exist" in err
     err = attempt(*prepare, "--out", "nosuchscheme://bucket/data")
     assert "nosuchscheme://bucket/data" in err and "unknown URL scheme" in err
+
+
+def test_training_continues_when_the_server_restarts_before_the_shards_are_fetched(
+        s3_server: SeaweedServer, prepared_in_bucket: str, s3_environment: dict[str, str], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    config = write_run_config(tmp_path / "run")
+    process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "-q", "pretrain", str(config),
+                                f"data.path={prepared_in_bucket}", f"data.cache_dir={cache}", *TINY_PRETRAIN],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            deadline = time.monotonic() + 180
+            while not list(cache.rglob("tokenizer.json")):  # the dataset is open: the tokenizer came with it
+                assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
+                time.sleep(0.02)
+            s3_server.stop()
+            fetched_before_the_outage = len(shard_files_in(cache))
+            time.sleep(3)
+        finally:
+            if s3_server.process is None:
+                s3_server.start()
+        _, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert fetched_before_the_outage == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["split"] == "train"] == [1, 2, 3]
+
+
+def test_a_prepare_killed_while_uploading_never_leaves_a_manifest_pointing_at_missing_shards(
+        s3_prefix: str, corpus_slice: Path, tokenizer_dir: Path, tmp_path: Path) -> None:
+    url = f"{s3_prefix}/data"
+    fs, root = fsspec.core.url_to_fs(url)
+    arguments = ["prepare", "pretrain", "--input", str(corpus_slice), "--tokenizer", str(tokenizer_dir), "--out", url,
+                 "--chunk-mb", str(4 / 1024), "--workers", "0"]
+    process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "-q", *arguments], cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while process.poll() is None and time.monotonic() < deadline:
+            fs.invalidate_cache()
+            if fs.exists(root) and any(name.endswith(".npy") for name in fs.find(root)):
+                process.send_signal(signal.SIGKILL)  # in the middle of the upload
+                break
+            time.sleep(0.02)
+    finally:
+        if process.poll() is None and time.monotonic() >= deadline:
+            process.kill()
+        process.wait(timeout=60)
+    fs.invalidate_cache()
+    uploaded = {name: fs.size(name) for name in fs.find(root)} if fs.exists(root) else {}
+    assert any(name.endswith(".npy") for name in uploaded)
+    if f"{root}/index.json" in uploaded:  # the kill came after the last shard: every shard must be there
+        manifest = json.loads(fs.cat_file(f"{root}/index.json"))
+        for split in manifest["splits"].values():
+            for shard in split["shards"]:
+                for entry in shard["files"].values():
+                    assert uploaded.get(f"{root}/{entry['path']}") == entry["bytes"]
+        assert process.returncode == 0  # it finished before the kill
+    else:
+        assert process.returncode == -signal.SIGKILL
+        with pytest.raises(DataError, match="index.json not found"):
+            PretokenizedDataset(url)
+    # the same command again completes the dataset
+    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, url,
+                             PrepareSettings(chunk_bytes=int(4 / 1024 * (1 << 20))), workers=0, progress=False)
+    assert len(PretokenizedDataset(url)) > 0
