@@ -15,10 +15,10 @@ through the worker pipe is about twice as fast here as a tensor in shared memory
 per tensor per batch).
 
 Remote data: a dataset in a bucket fetches its shards as they are first read. The sampler runs in
-the main process, so that is where `FetchingSampler` makes each micro-batch's shards local before
-handing it to a worker, and starts fetching the shards of the next `PREFETCH_MICRO_BATCHES` in the
-background: training starts after the first micro-batch's shards arrived, not the whole dataset,
-and a download that fails for good is one error in the main process, not a worker's traceback.
+the main process, so that is where `FetchingSampler` queues the shards of the next
+`PREFETCH_MICRO_BATCHES` micro-batches for background download; a worker that needs a shard not
+yet here fetches it itself (or waits on its lock): training starts once the first micro-batch's
+shards arrived, not the whole dataset.
 
 Order, not packing: the loader decides only which samples a micro-batch holds and in what order
 (the sampler's deterministic order above). Samples were already filled with consecutive sentences
@@ -49,7 +49,7 @@ from bertforge.data.masking import Masker, MaskingSettings
 from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
-from bertforge.errors import ConfigError, DataError
+from bertforge.errors import ConfigError
 from bertforge.processes import die_with_parent
 
 LAYOUTS = ("unpadded", "padded")
@@ -99,35 +99,28 @@ class EvalSampler:
 
 
 class FetchingSampler:
-    """Micro-batches of `sampler`, each yielded once its shards are local; the next ones' are fetched ahead.
+    """The micro-batches of `sampler`, unchanged, queueing the shards of the next `lookahead` ones for
+    background download (in the order they will be read) as each is handed out.
 
-    A shard that cannot be fetched (corrupt, missing, store unreachable after retries) ends the
-    iteration and is kept in `failure`: raising inside DataLoader's index feeding would leave its
-    worker queues half shut (a second traceback at exit); ending lets the loader drain the batches
-    already built, and `TensorBatches` raises the failure where the missing batch was due.
+    It never waits: a worker (or the main process) that reads a shard not yet here fetches it then,
+    waiting on the file's lock if a prefetch is downloading it, so the first step waits only for the
+    first micro-batch's shards. (Blocking here would also make DataLoader prime `prefetch_factor`
+    micro-batches' shards before the first batch, and an error raised inside its index feeding
+    leaves its queues half shut; a worker's error reaches the user as one line.)
     """
 
     def __init__(self, sampler: Iterable[MicroBatch], dataset: PretokenizedDataset,
                  lookahead: int = PREFETCH_MICRO_BATCHES) -> None:
         self.sampler, self.dataset, self.lookahead = sampler, dataset, lookahead
-        self.failure: DataError | None = None
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        self.failure = None
-        try:
-            yield from self._fetched()
-        except DataError as error:
-            self.failure = error
-
-    def _fetched(self) -> Iterator[MicroBatch]:
         upcoming = iter(self.sampler)
-        window: deque[MicroBatch] = deque(itertools.islice(upcoming, self.lookahead + 1))
-        for micro in window:  # in order of use: the pool fetches the first micro-batch's shards first
+        window: deque[MicroBatch] = deque()
+        for micro in itertools.islice(upcoming, self.lookahead + 1):
+            window.append(micro)
             self.dataset.prefetch(self.dataset.shards_of(micro.indices))
         while window:
-            micro = window.popleft()
-            self.dataset.fetch(self.dataset.shards_of(micro.indices))
-            yield micro
+            yield window.popleft()
             following = next(upcoming, None)
             if following is not None:
                 window.append(following)
@@ -217,7 +210,6 @@ class TensorBatches:
     def __init__(self, batches: PretrainingBatches, sampler: Any, num_workers: int) -> None:
         if batches.dataset.cache is not None:
             sampler = FetchingSampler(sampler, batches.dataset)
-        self.sampler = sampler
         # a private generator: DataLoader draws its worker base seed from it; drawing from the global
         # RNG would shift dropout after a resume and break bitwise-exact resumption
         self.loader = DataLoader(batches, sampler=sampler, batch_size=None, num_workers=num_workers,
@@ -229,8 +221,6 @@ class TensorBatches:
         for batch in self.loader:
             yield {key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
                    for key, value in batch.items()}
-        if isinstance(self.sampler, FetchingSampler) and self.sampler.failure is not None:
-            raise self.sampler.failure
 
 
 class PretrainingLoader:
