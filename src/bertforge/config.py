@@ -130,8 +130,8 @@ class DataSection:
     whole_word_masking: bool = False  # mask all WordPiece pieces of a word together
     num_workers: int = 1  # data-loader worker processes per rank
     validation_samples: int | None = None  # cap on validation samples per evaluation; None = the whole split
-    verify_checksums: bool = True  # sha256-check every shard when a prepared dataset is opened
-    cache_dir: str | None = None  # local copy of a remote dataset; None = $BERTFORGE_CACHE or ~/.cache/bertforge
+    verify_checksums: bool = True  # sha256-check every local shard when opened (remote shards: always, when fetched)
+    cache_dir: str | None = None  # local copy of a remote dataset, fetched shard by shard; None = $BERTFORGE_CACHE/datasets/KEY
 
     def __post_init__(self) -> None:
         check_range("data.seq_len", self.seq_len, low=8)

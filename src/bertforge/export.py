@@ -21,6 +21,8 @@ import importlib.util
 import io
 import json
 import logging
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,9 +34,14 @@ from torch import nn
 
 from bertforge.console import log
 from bertforge.errors import BertforgeError
-from bertforge.export_destination import check_export_destination
+from bertforge.export_destination import (
+    EXPORT_ANCHORS,
+    check_export_destination,
+    check_remote_export_destination,
+)
 from bertforge.inference import LoadedModel, load_model
 from bertforge.locate import resolve_model_path
+from bertforge.storage import cache_root, filesystem, is_remote, storage_errors, with_retries
 
 FORMATS = ("hf", "onnx")
 ONNX_FILE = "model.onnx"
@@ -48,7 +55,7 @@ CHECK_PAIRS = ("act of moving", "a place where people live", "the act of running
 
 @dataclass(frozen=True)
 class ExportSummary:
-    directory: Path
+    directory: Path | str  # a local directory, or the URL of an export to object storage
     format: str  # transformers | bertforge | onnx
     message: str
     max_abs_difference: float | None = None  # onnx: largest |onnxruntime - PyTorch| on the check batch
@@ -59,10 +66,13 @@ def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf",
     """Export the model at `reference` (any shape `bertforge.locate` knows) to `out_dir`.
 
     `out_dir` is replaced atomically, so it must be new, empty or an earlier export (`overwrite`);
-    `check_export_destination` refuses anything else before a file is written.
+    `check_export_destination` refuses anything else before a file is written. A URL (`s3://...`)
+    is exported into a local staging directory and uploaded, anchors last (`export_destination`).
     """
     if format not in FORMATS:
         raise BertforgeError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
+    if is_remote(out_dir):
+        return _export_to_object_store(reference, str(out_dir).rstrip("/"), format, atol, overwrite)
     loaded = load_model(reference)
     sources = [resolve_model_path(reference), loaded.location.path, loaded.location.run_dir, loaded.tokenizer_dir]
     check_export_destination(out_dir, [path for path in sources if path is not None], overwrite)
@@ -82,6 +92,37 @@ def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf",
                  f"{' and normalize' if embedder.normalize else ''} to get the sentence vectors")
         loaded = dataclasses.replace(loaded, model=embedder.encoder)
     return export_onnx(loaded, out_dir, atol)
+
+
+def _export_to_object_store(reference: str | Path, out: str, format: str, atol: float,
+                            overwrite: bool) -> ExportSummary:
+    earlier = check_remote_export_destination(out, overwrite)  # before minutes of export work
+    staging = Path(tempfile.mkdtemp(prefix="export-", dir=_staging_root()))
+    try:
+        local = export_model(reference, staging / "model", format, atol)
+        files = sorted(path.name for path in Path(local.directory).iterdir() if path.is_file())
+        fs, root = filesystem(out)
+        root = root.rstrip("/")
+        # anchors last: until they are there, the prefix is not a complete export for any reader
+        for name in sorted(files, key=lambda name: name in EXPORT_ANCHORS):
+            source = Path(local.directory) / name
+            with_retries(f"{out}/{name}", "upload", lambda source=source, name=name: fs.put_file(str(source),
+                                                                                               f"{root}/{name}"))
+        stale = [name for name in earlier if name not in files]
+        if stale:
+            with storage_errors(out, "remove the earlier export's files from"):
+                fs.rm([f"{root}/{name}" for name in stale])
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    message = local.message.replace(str(local.directory), out)
+    log.info(f"uploaded to {out}: {', '.join(files)}")
+    return ExportSummary(out, local.format, message, local.max_abs_difference)
+
+
+def _staging_root() -> Path:
+    root = cache_root() / "exports"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 # ---------------------------------------------------------------------------------------------

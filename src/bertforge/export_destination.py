@@ -5,6 +5,11 @@ destination must be missing, an empty directory, or an earlier export (`--overwr
 recognised by its files: nothing but what an export writes. It is never the model being
 exported, nor a directory that contains it (exporting a run into its own parent would delete the
 run). Everything else is refused with what is there and what to do.
+
+An object-store destination (`s3://bucket/models/x`) follows the same rules over the objects under
+that prefix. A bucket has no atomic rename, so `export_model` uploads the anchor files
+(config.json, bertforge_model.json, model.onnx) after everything else: a prefix holding only
+export files but no anchor is an export that was interrupted, which `--overwrite` may replace too.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 
 from bertforge.errors import BertforgeError, directory_listing
 from bertforge.models.serialization import CONFIG_NAME, TOKENIZER_FILES
+from bertforge.storage import filesystem, storage_errors
 
 # what `export --format hf|onnx` writes, in transformers' layout or bertforge's own
 EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
@@ -55,3 +61,29 @@ def check_export_destination(out: str | Path, sources: list[Path], overwrite: bo
                              "replace it, or choose a new directory")
     raise BertforgeError(f"--out {out} is not empty and is not an earlier export (it holds {directory_listing(destination)}); "
                          "export replaces its destination, so choose a new or empty directory")
+
+
+def is_export_file(name: str) -> bool:
+    return name in EXPORT_FILES or EXPORT_SHARD.fullmatch(name) is not None
+
+
+def check_remote_export_destination(out: str, overwrite: bool) -> list[str]:
+    """The same rules as `check_export_destination` for a URL prefix; returns the names of the objects
+    there (an earlier export's, which the new export replaces)."""
+    fs, path = filesystem(out)
+    root = path.rstrip("/")
+    with storage_errors(out, "list"):
+        try:
+            names = sorted(found[len(root) + 1:] for found in fs.find(root))
+        except FileNotFoundError:  # s3fs: no such prefix; a missing bucket is refused by storage_errors
+            names = []
+    if not names:
+        return names
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    if all("/" not in name and is_export_file(name) for name in names):
+        if overwrite:
+            return names
+        raise BertforgeError(f"--out {out} holds an earlier export ({shown}); pass --overwrite to replace it, or "
+                             "choose a new prefix")
+    raise BertforgeError(f"--out {out} is not empty and is not an earlier export (it holds {shown}); export "
+                         "replaces its destination, so choose a new or empty prefix")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
+from bertforge.storage import is_remote
 
 RUN_CONFIG = "config.yaml"
 CHECKPOINT_META = "meta.json"
@@ -35,7 +36,13 @@ MODEL_SHAPES = ("a bertforge run directory, its final/ directory, a checkpoint (
 
 
 def resolve_data_file(reference: str | None) -> str | None:
-    """`bundled:supersense/test` -> the bundled file's path; `~/x` -> the home directory's; anything else unchanged."""
+    """`bundled:supersense/test` -> the bundled file's path; `~/x` -> the home directory's; an object-store
+    URL (`s3://bucket/train.csv`) -> a local copy in the cache (`bertforge.storage.local_copy`); anything
+    else unchanged."""
+    if reference is not None and is_remote(reference):
+        from bertforge.storage import local_copy
+
+        return str(local_copy(reference))
     if reference is not None and reference.startswith("~"):
         return str(Path(reference).expanduser())
     if reference is None or not reference.startswith(BUNDLED_PREFIX):

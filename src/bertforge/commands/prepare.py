@@ -44,15 +44,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pretrain.add_argument("--text-field", default="text", help="field/column with the text (jsonl/csv/parquet/HF/MDS)")
     pretrain.add_argument("--chunk-mb", type=float, default=2.0,
                           help="MB of text per tokenization task, roughly the size of a shard (default 2)")
+    pretrain.add_argument("--num-parts", type=int, default=None, metavar="N",
+                          help="split the preparation across N machines: this run tokenizes only part --part of the "
+                               "input into --out; `bertforge prepare merge` then builds the dataset")
+    pretrain.add_argument("--part", type=int, default=None, metavar="I",
+                          help="which part (0..N-1) this run prepares, with --num-parts (a Slurm array's "
+                               "$SLURM_ARRAY_TASK_ID)")
     pretrain.set_defaults(func=run_pretrain)
+    merge = add_command(
+        commands, "merge", help="one dataset from the parts of a preparation split with --num-parts",
+        description="Check that the parts belong to one preparation (same inputs, tokenizer and settings; every part "
+                    "once), then build the train/validation/test split, the samples, the shards and the manifest "
+                    "exactly as a one-machine `prepare pretrain` would: the result equals it sample for sample.",
+        example="""
+            bertforge prepare pretrain --input 'corpus/*.zst' --tokenizer tok --out parts/0 --num-parts 4 --part 0
+            ...   (parts 1-3, on other machines)
+            bertforge prepare merge parts/0 parts/1 parts/2 parts/3 --out data
+        """)
+    merge.add_argument("parts", nargs="+", metavar="PART", help="the --out of every part (directories or URLs)")
+    merge.add_argument("--out", required=True, help="output directory or fsspec URL of the dataset")
+    merge.add_argument("--workers", type=int, default=None,
+                       help="worker processes building samples (default: the number of CPUs; 0 = in-process)")
+    merge.set_defaults(func=run_merge)
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from bertforge.data.prepare import PrepareSettings, parse_split, prepare_pretraining_data
+    from bertforge.data.prepare import Part, PrepareSettings, parse_split, prepare_pretraining_data
+    from bertforge.errors import DataError
 
     settings = PrepareSettings(seq_len=args.seq_len, nsp=args.nsp, line_by_line=args.line_by_line,
                                short_seq_prob=args.short_seq_prob,
                                split=parse_split(args.split), seed=args.seed, text_field=args.text_field,
                                chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))))
-    prepare_pretraining_data(args.input, args.tokenizer, args.out, settings, workers=args.workers)
+    part = None
+    if args.num_parts is not None or args.part is not None:
+        if args.num_parts is None or args.part is None:
+            raise DataError("--num-parts and --part go together, e.g. --num-parts 4 --part 0")
+        part = Part(args.part, args.num_parts)
+    prepare_pretraining_data(args.input, args.tokenizer, args.out, settings, workers=args.workers, part=part)
+    return 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from bertforge.data.prepare_parts import merge_parts
+
+    merge_parts(args.parts, args.out, workers=args.workers)
     return 0

@@ -13,7 +13,7 @@ Two parallel stages, both deterministic whatever the number of worker processes:
 Resumable and safe: the output is keyed by a content hash of the inputs, the tokenizer and the
 settings. Staged chunks and finished shards of an interrupted run with the same key are reused;
 shards go to a fresh `shards-<key>/` directory and `index.json` is replaced atomically at the
-very end, so an interruption leaves the previous dataset (if any) intact and readable. Running
+very end (in a bucket: uploaded after every shard), so an interruption leaves the previous dataset (if any) intact and readable. Running
 again with the same key is a no-op, like the cached dataset artifact of the Union/Flyte example.
 """
 
@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 
 from bertforge import __version__
@@ -57,6 +56,7 @@ from bertforge.directory_lock import DirectoryLock
 from bertforge.disk import disk_write
 from bertforge.errors import DataError
 from bertforge.processes import die_with_parent
+from bertforge.storage import filesystem, storage_errors, with_retries
 
 SPLIT_NAMES = ("train", "validation", "test")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -76,6 +76,8 @@ class PrepareSettings:
     chunk_bytes: int = 2 << 20  # text per tokenization task; also ~the size of a shard
 
     def __post_init__(self) -> None:
+        # (9, 1) and the CLI's (9.0, 1.0) are one setting: one cache key
+        object.__setattr__(self, "split", tuple(float(weight) for weight in self.split))
         if not 8 <= self.seq_len <= 1 << 15:
             raise DataError(f"--seq-len {self.seq_len} must be in [8, 32768] (BERT uses 128 and 512)")
         if self.nsp and self.line_by_line:
@@ -105,6 +107,26 @@ def split_boundaries(weights: Sequence[float], num_documents: int) -> list[int]:
         bounds.append(bounds[-1] + int(round(weight / total * num_documents)))
     difference = bounds[-1] - num_documents
     return [bounds[0]] + [bound - difference for bound in bounds[1:]]
+
+
+@dataclass(frozen=True)
+class Part:
+    """Part `index` of `count` of a preparation split across machines: every count-th chunk from `index`."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise DataError(f"--part {self.index} --num-parts {self.count}: the part must be in 0..{self.count - 1} "
+                            "and --num-parts at least 1, e.g. --num-parts 8 --part 0 (Slurm: "
+                            "--part $SLURM_ARRAY_TASK_ID)")
+
+    def owns(self, chunk: int) -> bool:
+        return chunk % self.count == self.index
+
+    def key_for(self, key: str) -> str:
+        return hashlib.sha256(f"{key}\0part {self.index} of {self.count}".encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,30 +320,38 @@ def cache_key(input_fingerprint: str, tokenizer_fingerprint: str, settings: Prep
 
 
 def _existing_manifest(out: str) -> dict[str, Any] | None:
+    """The manifest already at `out`, if any. For a URL this is also the first contact with the store:
+    wrong credentials or a missing bucket stop here, before minutes of tokenization."""
     try:
         if is_local(out):
             return json.loads((local_path(out) / MANIFEST_NAME).read_text(encoding="utf-8"))
-        with fsspec.open(f"{out.rstrip('/')}/{MANIFEST_NAME}", "r") as f:
-            return json.loads(f.read())
+        where = f"{out}/{MANIFEST_NAME}"
+        fs, path = filesystem(where)
+        return json.loads(with_retries(where, "read", lambda: fs.cat_file(path)))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
 def _complete(out: str, manifest: dict[str, Any]) -> bool:
-    fs, root = fsspec.core.url_to_fs(out)
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            for entry in shard["files"].values():
-                path = f"{root.rstrip('/')}/{entry['path']}"
-                if not fs.exists(path) or fs.size(path) != entry["bytes"]:
-                    return False
+    fs, root = filesystem(out)
+    with storage_errors(out, "list"):
+        for split in manifest["splits"].values():
+            for shard in split["shards"]:
+                for entry in shard["files"].values():
+                    path = f"{root.rstrip('/')}/{entry['path']}"
+                    if not fs.exists(path) or fs.size(path) != entry["bytes"]:
+                        return False
     return True
 
 
 def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: str | Path,
                              settings: PrepareSettings | None = None, *, workers: int | None = None,
-                             progress: bool | None = None) -> dict[str, Any]:
-    """Prepare (or reuse) a pre-training dataset at `out` (a directory or fsspec URL); returns its manifest."""
+                             progress: bool | None = None, part: Part | None = None) -> dict[str, Any]:
+    """Prepare (or reuse) a pre-training dataset at `out` (a directory or fsspec URL); returns its manifest.
+
+    With `part`, only that part's chunks are tokenized and `out` receives a part for `merge_parts`
+    (`bertforge.data.prepare_parts`); the returned dict is the part's description.
+    """
     settings = settings or PrepareSettings()
     out = str(out).rstrip("/")
     if is_local(out) and local_path(out).exists() and not local_path(out).is_dir():
@@ -332,10 +362,15 @@ def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: 
     sources = resolve_inputs(inputs)
     loaded = load_tokenizer(tokenizer)
     key = cache_key(fingerprint_sources(sources), loaded.fingerprint, settings)
-    work = local_path(out) if is_local(out) else cache_root() / "prepare" / key[:20]
+    work_key = part.key_for(key) if part is not None else key  # a part's local work stays apart from a whole's
+    work = local_path(out) if is_local(out) else cache_root() / "prepare" / work_key[:20]
     lock = DirectoryLock(work, "the prepared-data directory", "choose another --out")
     lock.acquire()  # two prepares into one --out would delete each other's shard entries
     try:
+        if part is not None:
+            from bertforge.data.prepare_parts import prepare_part_locked
+
+            return prepare_part_locked(sources, loaded, key, work, out, settings, workers, progress, part)
         return _prepare_locked(sources, loaded, key, work, out, settings, workers, progress)
     finally:
         lock.release()
@@ -348,27 +383,42 @@ def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, wo
         log.info(f"{out} is up to date (same inputs, tokenizer and settings); nothing to do")
         return existing
 
-    build_name = f"shards-{key[:12]}"
     staging = work / f".staging-{key[:12]}"
-    shard_dir = work / build_name
     staging.mkdir(parents=True, exist_ok=True)
-    shard_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runner = _TaskRunner(workers, str(loaded.path))
     try:
-        # a full disk keeps the staged chunks: the same command resumes where this one stopped
         with disk_write(work, "run the same command again to resume the preparation"):
             chunk_documents, text_bytes = _tokenize_stage(runner, sources, settings, str(loaded.path), staging,
                                                           progress_enabled() if progress is None else progress)
-            splits = _build_stage(runner, chunk_documents, settings, str(loaded.path), staging, shard_dir,
-                                  build_name)
+        return build_and_publish(runner, loaded, key, work, out, settings, staging, chunk_documents, text_bytes,
+                                 source_names(sources), started)
     except DataError:
         # fixing bad input changes the content hash, so this run's partial work can never be reused
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(shard_dir, ignore_errors=True)
         raise
     finally:
         runner.close()
+
+
+def source_names(sources: Sequence[Source]) -> list[str]:
+    return [source.url if source.kind != "hf_hub" else f"hf:{source.url}" for source in sources]
+
+
+def build_and_publish(runner: _TaskRunner, loaded: LoadedTokenizer, key: str, work: Path, out: str,
+                      settings: PrepareSettings, staging: Path, chunk_documents: list[int], text_bytes: int,
+                      inputs: list[str], started: float) -> dict[str, Any]:
+    """Stage 2 over the staged chunks (`staging/chunk-NNNNNN.npz`), then the manifest, published last."""
+    build_name = f"shards-{key[:12]}"
+    shard_dir = work / build_name
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with disk_write(work, "run the same command again to resume the preparation"):
+            splits = _build_stage(runner, chunk_documents, settings, str(loaded.path), staging, shard_dir,
+                                  build_name)
+    except DataError:
+        shutil.rmtree(shard_dir, ignore_errors=True)
+        raise
     tokenizer_dir = shard_dir / "tokenizer"
     tokenizer_dir.mkdir(exist_ok=True)
     for name in TOKENIZER_FILES:
@@ -384,7 +434,7 @@ def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, wo
                       "padded_vocab_size": loaded.padded_vocab_size, "ids": loaded.ids,
                       "path": f"{build_name}/tokenizer", "source": str(loaded.path)},
         "settings": {**asdict(settings), "split": list(settings.split)},
-        "inputs": [source.url if source.kind != "hf_hub" else f"hf:{source.url}" for source in sources],
+        "inputs": inputs,
         "text_bytes": text_bytes,
         "splits": splits,
     }
@@ -398,7 +448,9 @@ def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, wo
 
 
 def _tokenize_stage(runner: _TaskRunner, sources: Sequence[Any], settings: PrepareSettings, tokenizer_path: str,
-                    staging: Path, show_progress: bool) -> tuple[list[int], int]:
+                    staging: Path, show_progress: bool, part: Part | None = None) -> tuple[list[int], int]:
+    """Tokenize every chunk (or, with `part`, that part's chunks) into `staging`; returns the document
+    count of every chunk and the text bytes of all (a part reads the whole input to know them)."""
     sizes = [source.size for source in sources]
     total = sum(sizes) if all(size is not None for size in sizes) else None  # type: ignore[misc]
     chunk_documents: list[int] = []
@@ -409,6 +461,8 @@ def _tokenize_stage(runner: _TaskRunner, sources: Sequence[Any], settings: Prepa
             chunk_documents.append(len(texts))
             text_bytes += sum(len(text) for text in texts)
             staged = staging / f"chunk-{chunk:06d}.npz"
+            if part is not None and not part.owns(chunk):
+                continue  # another part tokenizes it
             if staged.is_file():
                 bar.counted(len(texts), 0)
                 continue  # tokenized by an interrupted run with the same inputs and settings
@@ -472,15 +526,20 @@ def _publish(out: str, work: Path, build_name: str, manifest: dict[str, Any]) ->
         for entry in (work / build_name).glob("*.entry.json"):
             entry.unlink()
         return
-    fs, root = fsspec.core.url_to_fs(out)
+    # the build's files first, the manifest after all of them: a reader (or a prepare killed midway)
+    # never leaves a manifest that points at a shard not yet uploaded; the previous build stays readable
+    fs, root = filesystem(out)
     for entry in (work / build_name).glob("*.entry.json"):
         entry.unlink()
     for path in sorted((work / build_name).rglob("*")):
         if path.is_file():
-            fs.makedirs(f"{root}/{path.parent.relative_to(work).as_posix()}", exist_ok=True)
-            fs.put_file(str(path), f"{root}/{path.relative_to(work).as_posix()}")
-    fs.pipe_file(f"{root}/{MANIFEST_NAME}", data)
-    for old in fs.glob(f"{root}/shards-*"):
-        if not old.rstrip("/").endswith(build_name):
-            fs.rm(old, recursive=True)
+            target = f"{root}/{path.relative_to(work).as_posix()}"
+            fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)  # a no-op on object stores; memory:// wants it
+            with_retries(f"{out}/{path.relative_to(work).as_posix()}", "upload",
+                         lambda path=path, target=target: fs.put_file(str(path), target))
+    with_retries(f"{out}/{MANIFEST_NAME}", "upload", lambda: fs.pipe_file(f"{root}/{MANIFEST_NAME}", data))
+    with storage_errors(out, "clean up older builds in"):
+        for old in fs.glob(f"{root}/shards-*"):
+            if not old.rstrip("/").endswith(build_name):
+                fs.rm(old, recursive=True)
     shutil.rmtree(work, ignore_errors=True)

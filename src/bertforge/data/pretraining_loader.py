@@ -14,6 +14,12 @@ Workers return numpy arrays, turned into tensors (zero-copy) in the main process
 through the worker pipe is about twice as fast here as a tensor in shared memory (one shm segment
 per tensor per batch).
 
+Remote data: a dataset in a bucket fetches its shards as they are first read. The sampler runs in
+the main process, so that is where `FetchingSampler` queues the shards of the next
+`PREFETCH_MICRO_BATCHES` micro-batches for background download; a worker that needs a shard not
+yet here fetches it itself (or waits on its lock): training starts once the first micro-batch's
+shards arrived, not the whole dataset.
+
 Order, not packing: the loader decides only which samples a micro-batch holds and in what order
 (the sampler's deterministic order above). Samples were already filled with consecutive sentences
 up to `seq_len` at prepare time, so most are full, and the unpadded layout carries no padding at
@@ -26,9 +32,11 @@ one sample per row: that model would attend across samples sharing a row.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +53,7 @@ from bertforge.errors import ConfigError
 from bertforge.processes import die_with_parent
 
 LAYOUTS = ("unpadded", "padded")
+PREFETCH_MICRO_BATCHES = 16  # how far ahead of the loader a remote dataset's shards are fetched
 IGNORE_INDEX = -100
 PAD_TO_MULTIPLE = 8
 
@@ -87,6 +96,38 @@ class EvalSampler:
 
     def __len__(self) -> int:
         return math.ceil(len(self.indices) / self.micro_batch_size)
+
+
+class FetchingSampler:
+    """The micro-batches of `sampler`, unchanged, queueing the shards of the next `lookahead` ones for
+    background download (in the order they will be read) as each is handed out.
+
+    It never waits: a worker (or the main process) that reads a shard not yet here fetches it then,
+    waiting on the file's lock if a prefetch is downloading it, so the first step waits only for the
+    first micro-batch's shards. (Blocking here would also make DataLoader prime `prefetch_factor`
+    micro-batches' shards before the first batch, and an error raised inside its index feeding
+    leaves its queues half shut; a worker's error reaches the user as one line.)
+    """
+
+    def __init__(self, sampler: Iterable[MicroBatch], dataset: PretokenizedDataset,
+                 lookahead: int = PREFETCH_MICRO_BATCHES) -> None:
+        self.sampler, self.dataset, self.lookahead = sampler, dataset, lookahead
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        upcoming = iter(self.sampler)
+        window: deque[MicroBatch] = deque()
+        for micro in itertools.islice(upcoming, self.lookahead + 1):
+            window.append(micro)
+            self.dataset.prefetch(self.dataset.shards_of(micro.indices))
+        while window:
+            yield window.popleft()
+            following = next(upcoming, None)
+            if following is not None:
+                window.append(following)
+                self.dataset.prefetch(self.dataset.shards_of(following.indices))
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
 
 
 class PretrainingBatches(Dataset):
@@ -167,6 +208,8 @@ class TensorBatches:
     """Re-iterable batches of a DataLoader whose workers return numpy arrays, as tensors."""
 
     def __init__(self, batches: PretrainingBatches, sampler: Any, num_workers: int) -> None:
+        if batches.dataset.cache is not None:
+            sampler = FetchingSampler(sampler, batches.dataset)
         # a private generator: DataLoader draws its worker base seed from it; drawing from the global
         # RNG would shift dropout after a resume and break bitwise-exact resumption
         self.loader = DataLoader(batches, sampler=sampler, batch_size=None, num_workers=num_workers,

@@ -12,7 +12,8 @@ packing work, and nothing that depends on the number of loader workers. Masking 
 so a truncated file fails loudly and any numpy can read a shard. The manifest records a format
 version, the tokenizer fingerprint, the settings, counts and a sha256 per file; it is written last
 and atomically, so it never points at a partial shard. Shards at a remote URL are copied into a
-local cache on first use, with retries, and verified against those checksums.
+local cache when a micro-batch first reads them (`data/shard_cache.py`: prefetched ahead, with
+retries, verified against those checksums, shared by the processes of a node).
 """
 
 from __future__ import annotations
@@ -21,35 +22,30 @@ import hashlib
 import io
 import json
 import os
-import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 
 from bertforge.console import log
+from bertforge.data.shard_cache import ShardCache
 from bertforge.errors import DataError
+from bertforge.storage import cache_root, filesystem, is_remote, with_retries
 
 FORMAT_NAME = "bertforge-pretokenized"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "index.json"
 SHARD_FILES = ("tokens", "offsets", "pairs")
-DOWNLOAD_ATTEMPTS = 4
 
 
 def token_dtype_for(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def cache_root() -> Path:
-    """Where remote datasets are copied: $BERTFORGE_CACHE, else ~/.cache/bertforge."""
-    return Path(os.environ.get("BERTFORGE_CACHE", Path.home() / ".cache" / "bertforge"))
-
-
 def is_local(url: str) -> bool:
-    return "://" not in url or url.startswith("file://")
+    return not is_remote(url)
 
 
 def local_path(url: str) -> Path:
@@ -108,8 +104,8 @@ def read_manifest(url: str) -> dict[str, Any]:
         if is_local(url):
             text = (local_path(url) / MANIFEST_NAME).read_text(encoding="utf-8")
         else:
-            with fsspec.open(where, "r", encoding="utf-8") as f:
-                text = f.read()
+            fs, path = filesystem(where)
+            text = with_retries(where, "read", lambda: fs.cat_file(path)).decode("utf-8")
     except FileNotFoundError:
         raise DataError(f"{where} not found: {url} is not a prepared dataset (or its preparation did not finish); "
                         "run `bertforge prepare pretrain --out ...` first") from None
@@ -145,34 +141,14 @@ def _check_file(path: Path, entry: dict[str, Any], shard: str, verify_checksum: 
                         "or re-run `bertforge prepare`")
 
 
-def _download(url: str, target: Path, entry: dict[str, Any], shard: str) -> None:
-    """Copy one remote file into the cache, retrying transient errors, then verify it."""
-    for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
-        try:
-            with fsspec.open(url, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise DataError(f"shard {shard}: {url} is missing; the remote dataset is incomplete") from None
-        except OSError as error:
-            if attempt == DOWNLOAD_ATTEMPTS:
-                raise DataError(f"shard {shard}: could not download {url} after {attempt} attempts ({error}); "
-                                "check the connection and credentials") from None
-            log.warning(f"shard {shard}: download of {url} failed ({error}); retrying")
-            time.sleep(min(2.0 ** attempt, 30.0))
-            continue
-        if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise DataError(f"shard {shard}: {url} does not match its checksum in the manifest; "
-                            "the remote copy is corrupt: re-upload it or re-run `bertforge prepare`")
-        write_file_atomically(target, data)
-        return
-
-
 class PretokenizedDataset:
     """One split of a prepared dataset, with O(1) access to any sample.
 
     `dataset[i]` is the token ids of sample i (int64, `[CLS] ... [SEP]`); `segment_b_start(i)` and
     `next_sentence_label(i)` exist for NSP data. The memory maps are opened lazily in each process,
-    so the object pickles cheaply into data-loader workers.
+    so the object pickles cheaply into data-loader workers. A local dataset is checked against its
+    manifest when it opens; a remote one fetches its shards when they are first read (`fetch` /
+    `prefetch` let the loader do that ahead, in the main process), checked as they arrive.
     """
 
     def __init__(self, url: str | Path, split: str = "train", *, verify_checksums: bool = True,
@@ -185,41 +161,39 @@ class PretokenizedDataset:
                             "check --split of `bertforge prepare`")
         self.split = split
         self.shards = [_Shard(s["name"], s["samples"], s["files"]) for s in splits[split]["shards"]]
-        self.root = self._materialise(verify_checksums, cache_dir)
         counts = np.array([s.samples for s in self.shards], dtype=np.int64)
         self.shard_starts = np.concatenate([[0], np.cumsum(counts)])
         self.has_pairs = bool(self.manifest["settings"]["nsp"])
         self.seq_len = int(self.manifest["settings"]["seq_len"])
-        self._arrays: list[dict[str, np.ndarray]] | None = None
-        # every shard checked against the manifest now, in this process (memory maps: headers only), so
-        # a corrupt one is found when the dataset opens, not later inside a loader worker
-        self._open()
-
-    def _materialise(self, verify_checksums: bool, cache_dir: str | Path | None) -> Path:
+        self._arrays: list[dict[str, np.ndarray] | None] | None = None
+        self.cache: ShardCache | None = None
         if is_local(self.url):
-            root = local_path(self.url)
+            self.root = local_path(self.url)
             for shard in self.shards:
                 for entry in shard.files.values():
-                    _check_file(root / entry["path"], entry, shard.name, verify_checksums)
-            return root
-        key = hashlib.sha256(f"{self.url}\0{self.manifest['cache_key']}".encode()).hexdigest()[:20]
-        root = Path(cache_dir) if cache_dir is not None else cache_root() / "datasets" / key
-        for shard in self.shards:
-            for entry in shard.files.values():
-                target = root / entry["path"]
-                if target.is_file() and target.stat().st_size == entry["bytes"]:
-                    continue  # verified when it was downloaded
-                _download(f"{self.url}/{entry['path']}", target, entry, shard.name)
+                    _check_file(self.root / entry["path"], entry, shard.name, verify_checksums)
+            # every shard checked against the manifest now, in this process (memory maps: headers only), so
+            # a corrupt one is found when the dataset opens, not later inside a loader worker
+            self._open_all()
+        else:
+            key = hashlib.sha256(f"{self.url}\0{self.manifest['cache_key']}".encode()).hexdigest()[:20]
+            self.root = Path(cache_dir) if cache_dir is not None else cache_root() / "datasets" / key
+            self.cache = ShardCache(self.url, self.root,
+                                    [(shard.name, list(shard.files.values())) for shard in self.shards])
+            self._fetch_tokenizer()
+            log.debug(f"{self.url}: shards are fetched into {self.root} as they are first read")
+
+    def _fetch_tokenizer(self) -> None:
         tokenizer = self.manifest.get("tokenizer", {}).get("path")
-        if tokenizer:
-            fs, path = fsspec.core.url_to_fs(f"{self.url}/{tokenizer}")
-            for remote in fs.find(path):
-                target = root / tokenizer / Path(remote).relative_to(path)
-                if not target.is_file():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    write_file_atomically(target, fs.cat_file(remote))
-        log.debug(f"{self.url}: local copy in {root}")
-        return root
+        if not tokenizer:
+            return
+        url = f"{self.url}/{tokenizer}"
+        fs, path = filesystem(url)
+        for remote in with_retries(url, "list", lambda: fs.find(path)):
+            target = self.root / tokenizer / Path(remote).relative_to(path)
+            if not target.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_file_atomically(target, with_retries(url, "download", lambda r=remote: fs.cat_file(r)))
 
     @property
     def tokenizer_path(self) -> Path:
@@ -231,21 +205,50 @@ class PretokenizedDataset:
         state["_arrays"] = None
         return state
 
-    def _open(self) -> list[dict[str, np.ndarray]]:
-        arrays = []
-        for shard in self.shards:
-            opened = {}
-            for kind, entry in shard.files.items():
-                path = self.root / entry["path"]
-                try:
-                    opened[kind] = np.load(path, mmap_mode="r", allow_pickle=False)
-                except (ValueError, OSError) as error:
-                    raise DataError(f"shard {shard.name}: {path.name} cannot be read ({error}); it is corrupt: "
-                                    "re-copy the dataset or re-run `bertforge prepare`") from None
-            if len(opened["offsets"]) != shard.samples + 1:
-                raise DataError(f"shard {shard.name}: its offsets do not match the manifest; it is corrupt")
-            arrays.append(opened)
-        self._arrays = arrays
+    def shards_of(self, indices: Iterable[int]) -> list[int]:
+        """The shards holding these samples, in the order the samples first need them."""
+        shards = np.searchsorted(self.shard_starts, np.asarray(list(indices), dtype=np.int64), side="right") - 1
+        return list(dict.fromkeys(shards.tolist()))
+
+    def fetch(self, shards: Iterable[int]) -> int:
+        """Make these shards local now (a no-op for a local dataset); returns the files this process downloaded."""
+        return self.cache.fetch(shards) if self.cache is not None else 0
+
+    def prefetch(self, shards: Iterable[int]) -> None:
+        """Start fetching these shards in the background (a no-op for a local dataset)."""
+        if self.cache is not None:
+            self.cache.prefetch(shards)
+
+    def close(self) -> None:
+        """Stop background fetches (the local copies stay)."""
+        if self.cache is not None:
+            self.cache.close()
+
+    def _open_shard(self, index: int) -> dict[str, np.ndarray]:
+        shard = self.shards[index]
+        if self.cache is not None and not self.cache.is_local(index):
+            self.cache.fetch([index])  # read before the loader asked for it (random access, loader workers)
+        opened = {}
+        for kind, entry in shard.files.items():
+            path = self.root / entry["path"]
+            try:
+                opened[kind] = np.load(path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError) as error:
+                raise DataError(f"shard {shard.name}: {path.name} cannot be read ({error}); it is corrupt: "
+                                "re-copy the dataset or re-run `bertforge prepare`") from None
+        if len(opened["offsets"]) != shard.samples + 1:
+            raise DataError(f"shard {shard.name}: its offsets do not match the manifest; it is corrupt")
+        return opened
+
+    def _open_all(self) -> None:
+        self._arrays = [self._open_shard(index) for index in range(len(self.shards))]
+
+    def _shard_arrays(self, index: int) -> dict[str, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = [None] * len(self.shards)
+        arrays = self._arrays[index]
+        if arrays is None:
+            arrays = self._arrays[index] = self._open_shard(index)
         return arrays
 
     def __len__(self) -> int:
@@ -255,9 +258,8 @@ class PretokenizedDataset:
         """The arrays of the shard holding sample `index`, and the sample's index inside it."""
         if not 0 <= index < len(self):
             raise IndexError(f"sample {index} out of range for {len(self)} samples")
-        arrays = self._arrays if self._arrays is not None else self._open()
         shard = int(np.searchsorted(self.shard_starts, index, side="right")) - 1
-        return arrays[shard], index - int(self.shard_starts[shard])
+        return self._shard_arrays(shard), index - int(self.shard_starts[shard])
 
     def __getitem__(self, index: int) -> np.ndarray:
         arrays, local = self.locate(index)
@@ -281,13 +283,12 @@ class PretokenizedDataset:
 
     def gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Flat token ids, lengths and (for NSP) pairs of several samples, in the given order."""
-        arrays = self._arrays if self._arrays is not None else self._open()
         shards = np.searchsorted(self.shard_starts, indices, side="right") - 1
         locals_ = indices - self.shard_starts[shards]
         pieces, lengths = [], np.empty(len(indices), dtype=np.int64)
         pairs = np.empty((len(indices), 2), dtype=np.int64) if self.has_pairs else None
         for i, (shard, local) in enumerate(zip(shards.tolist(), locals_.tolist(), strict=True)):
-            shard_arrays = arrays[shard]
+            shard_arrays = self._shard_arrays(shard)
             start, end = shard_arrays["offsets"][local:local + 2]
             pieces.append(shard_arrays["tokens"][start:end])
             lengths[i] = end - start
