@@ -60,6 +60,7 @@ NORMS = ("post", "pre")
 ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "cls", "mean")
 TASK_TYPES = ("classification", "regression", "token_classification")
+MASK_SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass
@@ -123,7 +124,9 @@ class ModelSection:
 class DataSection:
     path: str | None = None  # a prepared (sharded, pre-tokenized) dataset directory or URL, for pre-training
     seq_len: int = 128  # tokens per sample, [CLS] and [SEP] included
-    mask_prob: float = 0.15  # fraction of tokens chosen for MLM (0.30 in Mosaic-style recipes)
+    mask_prob: float = 0.15  # fraction of tokens chosen for MLM (0.30 in Mosaic-style recipes); with a mask_schedule, the rate at the end
+    mask_schedule: str = "constant"  # the mask rate over the steps: constant (mask_prob) | linear | cosine (from mask_prob_start to mask_prob)
+    mask_prob_start: float | None = None  # linear / cosine mask_schedule: the rate at the first step, e.g. 0.30 falling to mask_prob 0.15
     mask_replace_prob: float = 0.8  # of the chosen tokens, the fraction replaced by [MASK]
     random_replace_prob: float = 0.1  # of the chosen tokens, the fraction replaced by a random token
     whole_word_masking: bool = False  # mask all WordPiece pieces of a word together
@@ -135,6 +138,15 @@ class DataSection:
     def __post_init__(self) -> None:
         check_range("data.seq_len", self.seq_len, low=8)
         check_range("data.mask_prob", self.mask_prob, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+        check_choice("data.mask_schedule", self.mask_schedule, MASK_SCHEDULES)
+        check_range("data.mask_prob_start", self.mask_prob_start, low=0.0, high=1.0, low_inclusive=False,
+                    high_inclusive=False)
+        if self.mask_schedule == "constant" and self.mask_prob_start is not None:
+            raise ConfigError("config key `data.mask_prob_start` is set but data.mask_schedule is constant; set "
+                              "data.mask_schedule=linear or cosine, or remove data.mask_prob_start")
+        if self.mask_schedule != "constant" and self.mask_prob_start is None:
+            raise ConfigError(f"config key `data.mask_prob_start` is not set but data.mask_schedule is "
+                              f"{self.mask_schedule}; give the rate at the first step, e.g. data.mask_prob_start=0.3")
         check_range("data.mask_replace_prob", self.mask_replace_prob, low=0.0, high=1.0)
         check_range("data.random_replace_prob", self.random_replace_prob, low=0.0, high=1.0)
         if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-9:

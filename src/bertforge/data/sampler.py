@@ -58,6 +58,15 @@ class StepShape:
 
 
 @dataclass(frozen=True)
+class PlannedStep:
+    """One optimizer step as this rank reads it: its index, its epoch and the sample indices of its micro-batches."""
+
+    step: int
+    epoch: int
+    micro_batches: list[np.ndarray]
+
+
+@dataclass(frozen=True)
 class EpochPlan:
     """How an epoch of `num_samples` is cut into optimizer steps.
 
@@ -117,19 +126,25 @@ class EpochPlan:
         rank_share = self.remainder // self.geometry.world_size
         return StepShape(math.ceil(rank_share / self.geometry.micro_batch_size), self.remainder)
 
-    def micro_batch_indices(self, *, seed: int, consumed_samples: int = 0,
-                            shuffle: bool = True) -> Iterator[tuple[int, np.ndarray]]:
-        """(epoch, sample indices) of this rank's micro-batches, forever, from `consumed_samples` on."""
+    def steps_from(self, *, seed: int, consumed_samples: int = 0, step: int = 0,
+                   shuffle: bool = True) -> Iterator[PlannedStep]:
+        """This rank's share of every optimizer step, forever, from step `step` after `consumed_samples` on."""
         geometry, global_batch = self.geometry, self.geometry.global_batch_size
         epoch, offset = self._position(consumed_samples)
         while True:
             order = epoch_order(self.num_samples, seed, epoch, shuffle)
             for start in range(offset, self.samples, global_batch):
-                step = self.step_at(start)
-                rank_share = step.samples // geometry.world_size
+                shape = self.step_at(start)
+                rank_share = shape.samples // geometry.world_size
                 first = start + geometry.rank * rank_share
                 # near-equal pieces: a full step splits into micro_batch_size pieces exactly
-                yield from ((epoch, piece) for piece in np.array_split(order[first: first + rank_share],
-                                                                       step.micro_batches))
+                yield PlannedStep(step, epoch, np.array_split(order[first: first + rank_share], shape.micro_batches))
+                step += 1
             epoch, offset = epoch + 1, 0
+
+    def micro_batch_indices(self, *, seed: int, consumed_samples: int = 0,
+                            shuffle: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+        """(epoch, sample indices) of this rank's micro-batches, forever, from `consumed_samples` on."""
+        for planned in self.steps_from(seed=seed, consumed_samples=consumed_samples, shuffle=shuffle):
+            yield from ((planned.epoch, piece) for piece in planned.micro_batches)
 

@@ -15,6 +15,7 @@ from torch import nn
 
 from bertforge.batch import model_inputs
 from bertforge.console import log
+from bertforge.data.curriculum import DataCurriculum
 from bertforge.data.masking import MaskingSettings
 from bertforge.data.pretraining_loader import PretrainingLoader, build_eval_loader
 from bertforge.data.sampler import BatchGeometry
@@ -49,7 +50,8 @@ class PretrainTask(Task):
         seed, workers = self.config.run.seed, data.num_workers
 
         def train_loader(geometry: BatchGeometry) -> PretrainingLoader:
-            return PretrainingLoader(train, geometry, seed=seed, num_workers=workers, masking=masking)
+            return PretrainingLoader(train, geometry, seed=seed, num_workers=workers, masking=masking,
+                                     curriculum=DataCurriculum.from_config(data))
 
         validation_batches = None
         if "validation" in train.manifest["splits"] and train.manifest["splits"]["validation"]["samples"] > 0:

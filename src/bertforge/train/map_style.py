@@ -39,7 +39,9 @@ class MapStyleLoader:
         self.seed, self.num_workers, self.shuffle = seed, num_workers, shuffle
         self.plan = EpochPlan(len(dataset), geometry, keep_partial_batch=True)  # type: ignore[arg-type]
 
-    def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
+    def iterate(self, consumed_samples: int, *, step: int = 0, total_steps: int | None = None) -> Iterator[dict[str, Any]]:
+        """The batches from step `step` (after `consumed_samples`) on; `total_steps` is for loaders whose data
+        changes with the step, which this one does not."""
         batches = _IndexBatches(self.plan, self.seed, consumed_samples, self.shuffle,
                                 epoch_aware=bool(getattr(self.dataset, "epoch_aware", False)))
         # a private generator: DataLoader draws worker seeds from it, and drawing them from the

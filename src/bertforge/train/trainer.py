@@ -281,7 +281,7 @@ class Trainer:
         state = self._resume()
         total_steps = self._total_steps()
         validation = self._validation_batches()
-        batches = self.train_loader.iterate(state.consumed_samples)
+        batches = self.train_loader.iterate(state.consumed_samples, step=state.step, total_steps=total_steps)
         flops_per_token = self.task.flops_per_token(self.raw_model)
         self._install_signal_handlers()
         stopped_by = "early_stopping" if self._patience_spent(state) else "budget"

@@ -1,0 +1,66 @@
+"""What the pre-training data path changes over a run: the mask rate, as a pure function of the step.
+
+Budget recipes change the data as training goes: Mosaic schedules the masking rate (constant,
+linear or cosine), mmBERT lowers it from 30% to 15%. Here the value of a step is a function of
+(step, total steps) only, the progress the learning-rate schedule follows (`train/optim.py`), so
+a resumed run gets the same masks as an uninterrupted one without saving anything: the sampler
+stamps each micro-batch with its step's values in the main process, and the loader workers apply
+them. Masks stay a hash of (seed, epoch, sample, position) compared with the step's rate, so the
+tokens masked at a lower rate are a subset of those masked at a higher one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bertforge.config import DataSection
+from bertforge.errors import ConfigError
+
+
+def interpolate(shape: str, start: float, end: float, fraction: float) -> float:
+    """`start` at fraction 0, `end` at fraction 1, along a constant (end), linear or cosine path."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    if shape == "constant":
+        return end
+    if shape == "linear":
+        return start + (end - start) * fraction
+    if shape == "cosine":
+        return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * fraction))
+    raise AssertionError(f"unhandled schedule shape {shape}")  # config validation lists the choices
+
+
+@dataclass(frozen=True)
+class StepData:
+    """The data settings of one optimizer step."""
+
+    mask_prob: float
+
+
+@dataclass(frozen=True)
+class DataCurriculum:
+    mask_prob: float = 0.15
+    mask_schedule: str = "constant"
+    mask_prob_start: float | None = None
+
+    @classmethod
+    def from_config(cls, data: DataSection) -> DataCurriculum:
+        return cls(mask_prob=data.mask_prob, mask_schedule=data.mask_schedule, mask_prob_start=data.mask_prob_start)
+
+    @property
+    def follows_steps(self) -> bool:
+        """Whether any setting changes with the step (and so needs a step budget)."""
+        return self.mask_schedule != "constant"
+
+    def check_budget(self, total_steps: int | None) -> None:
+        if self.follows_steps and total_steps is None:
+            raise ConfigError(f"data.mask_schedule={self.mask_schedule} follows the step count, but the run has only a "
+                              "wall-clock budget; set train.max_steps (or train.max_epochs / train.max_tokens) as well")
+
+    def at(self, step: int, total_steps: int | None) -> StepData:
+        """The settings of `step` (0-based) of `total_steps`: the fraction is step / total_steps, as for the lr."""
+        if not self.follows_steps or total_steps is None:
+            return StepData(mask_prob=self.mask_prob)
+        fraction = step / max(total_steps, 1)
+        start = self.mask_prob if self.mask_prob_start is None else self.mask_prob_start
+        return StepData(mask_prob=interpolate(self.mask_schedule, start, self.mask_prob, fraction))

@@ -1,0 +1,145 @@
+"""The budget-recipe switches: each one's values at chosen steps, and exact resume where it changes the run.
+
+Every switch is a pure function of the step (of the run's total steps), so a run stopped and resumed
+across a change of value ends bitwise equal to one that was never stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from bertforge.config import load_config
+from bertforge.data.curriculum import DataCurriculum
+from bertforge.data.masking import MaskingSettings
+from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
+from bertforge.data.pretraining_loader import PretrainingLoader
+from bertforge.data.sampler import BatchGeometry
+from bertforge.data.shards import PretokenizedDataset
+from bertforge.errors import ConfigError
+from bertforge.tasks.pretrain import PretrainTask
+from bertforge.train.task import Batch
+from bertforge.train.trainer import Trainer
+
+TINY = ["model.preset=bert-tiny", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
+        "model.num_layers=1", "data.seq_len=64", "data.num_workers=0", "optim.lr=3e-3", "schedule.warmup=2",
+        "train.micro_batch_size=8", "train.global_batch_size=16", "train.log_every=1", "log.progress=false",
+        "log.tensorboard=false", "data.validation_samples=32", "model.hidden_dropout=0.1"]
+
+
+@pytest.fixture(scope="module")
+def prepared_mlm(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`corpus_slice` in MLM-only samples of at most 64 tokens, 90/10 split."""
+    out = tmp_path_factory.mktemp("prepared") / "mlm"
+    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, out, PrepareSettings(seq_len=64, split=(9, 1)),
+                             workers=0, progress=False)
+    return out
+
+
+def run_config(data: Path, run_dir: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return load_config(None, [*TINY, f"data.path={data}", f"run.output_dir={run_dir.parent}",
+                              f"run.name={run_dir.name}", *extra])
+
+
+class StopsWithSigterm(PretrainTask):
+    """Sends itself SIGTERM during training micro-batch number `stop_at` (1-based): the trainer finishes that
+    step, saves a checkpoint and returns, as it does for a scheduler's SIGTERM."""
+
+    stop_at = 0
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.calls = 0
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        if model.training:
+            self.calls += 1
+            if self.calls == self.stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return super().forward_step(batch, model)
+
+
+def final_checkpoint_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoints" / f"step-{step:08d}" / "model" / "model.safetensors")
+
+
+def assert_resume_is_exact(data: Path, tmp_path: Path, overrides: list[str], *, steps: int,
+                           stop_at_micro_batch: int) -> None:
+    """An uninterrupted run and one stopped by SIGTERM during micro-batch `stop_at_micro_batch`, then resumed,
+    end with bitwise-equal weights."""
+    reference = tmp_path / "reference"
+    config = run_config(data, reference, f"train.max_steps={steps}", *overrides)
+    Trainer(config, PretrainTask(config)).fit()
+    interrupted = tmp_path / "interrupted"
+    config = run_config(data, interrupted, f"train.max_steps={steps}", *overrides)
+    stopping = type("Stops", (StopsWithSigterm,), {"stop_at": stop_at_micro_batch})(config)
+    first = Trainer(config, stopping).fit()
+    assert first.stopped_by == "signal" and 0 < first.state.step < steps
+    resumed = Trainer(config, PretrainTask(config)).fit()
+    assert resumed.stopped_by == "budget" and resumed.state.step == steps
+    a, b = final_checkpoint_weights(reference, steps), final_checkpoint_weights(interrupted, steps)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+# --- data.mask_schedule ------------------------------------------------------------------------------
+
+
+def test_mask_schedules_go_from_the_start_rate_to_mask_prob_over_the_steps() -> None:
+    linear = DataCurriculum(mask_prob=0.15, mask_schedule="linear", mask_prob_start=0.30)
+    cosine = DataCurriculum(mask_prob=0.15, mask_schedule="cosine", mask_prob_start=0.30)
+    constant = DataCurriculum(mask_prob=0.15)
+    rates = {name: [c.at(step, 100).mask_prob for step in (0, 25, 50, 100, 150)]
+             for name, c in (("linear", linear), ("cosine", cosine), ("constant", constant))}
+    assert rates["linear"] == pytest.approx([0.30, 0.2625, 0.225, 0.15, 0.15])
+    assert rates["cosine"] == pytest.approx([0.30, 0.15 + 0.15 * 0.5 * (1 + 2 ** -0.5), 0.225, 0.15, 0.15])
+    assert rates["constant"] == [0.15] * 5
+
+
+def masked_fraction(batch: dict[str, Any]) -> float:
+    return batch["masked_positions"].numel() / batch["input_ids"].numel()
+
+
+def test_the_loader_masks_each_step_at_its_scheduled_rate_and_resumes_exactly(prepared_mlm: Path) -> None:
+    dataset = PretokenizedDataset(prepared_mlm, "train")
+    curriculum = DataCurriculum(mask_prob=0.1, mask_schedule="linear", mask_prob_start=0.6)
+    loader = PretrainingLoader(dataset, BatchGeometry(8, 16), seed=3, masking=MaskingSettings(mask_prob=0.1, seed=3),
+                               curriculum=curriculum)
+    total = 6
+    run = list(itertools.islice(loader.iterate(0, step=0, total_steps=total), 2 * total))  # 2 micro-batches a step
+    rates = [(masked_fraction(a) + masked_fraction(b)) / 2 for a, b in zip(run[::2], run[1::2], strict=True)]
+    assert rates[0] > 0.45 and rates[-1] < 0.25 and rates == sorted(rates, reverse=True)
+    resumed = list(itertools.islice(loader.iterate(3 * 16, step=3, total_steps=total), 2 * (total - 3)))
+    for a, b in zip(run[6:], resumed, strict=True):
+        assert all(torch.equal(a[key], b[key]) for key in ("input_ids", "masked_positions", "masked_labels"))
+    # the step, not the position in the data, sets the rate: step 0's samples at step 3's rate mask fewer tokens,
+    # and those a subset of step 0's (one hash per token compared with the rate)
+    late = list(itertools.islice(loader.iterate(0, step=3, total_steps=total), 1))[0]
+    assert set(late["masked_positions"].tolist()) < set(run[0]["masked_positions"].tolist())
+
+
+def test_a_mask_schedule_needs_a_step_budget_and_its_keys_are_checked() -> None:
+    with pytest.raises(ConfigError, match=r"data.mask_schedule=cosine follows the step count"):
+        DataCurriculum(mask_schedule="cosine", mask_prob_start=0.3).check_budget(None)
+    cases = {"data.mask_schedule=sqrt": r"config key `data.mask_schedule` is 'sqrt'; expected one of constant, linear",
+             "data.mask_schedule=linear": r"config key `data.mask_prob_start` is not set",
+             "data.mask_prob_start=0.3": r"config key `data.mask_prob_start` is set but data.mask_schedule is constant"}
+    for override, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, [override])
+    with pytest.raises(ConfigError, match=r"config key `data.mask_prob_start` is 1.2"):
+        load_config(None, ["data.mask_schedule=linear", "data.mask_prob_start=1.2"])
+
+
+def test_pretraining_with_a_mask_schedule_resumes_exactly(prepared_mlm: Path, tmp_path: Path) -> None:
+    assert_resume_is_exact(prepared_mlm, tmp_path, ["data.mask_schedule=cosine", "data.mask_prob_start=0.4"],
+                           steps=8, stop_at_micro_batch=2 * 3)
