@@ -7,6 +7,7 @@ across a change of value ends bitwise equal to one that was never stopped.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 from pathlib import Path
@@ -143,3 +144,21 @@ def test_a_mask_schedule_needs_a_step_budget_and_its_keys_are_checked() -> None:
 def test_pretraining_with_a_mask_schedule_resumes_exactly(prepared_mlm: Path, tmp_path: Path) -> None:
     assert_resume_is_exact(prepared_mlm, tmp_path, ["data.mask_schedule=cosine", "data.mask_prob_start=0.4"],
                            steps=8, stop_at_micro_batch=2 * 3)
+
+
+# --- schedule.name: one_cycle ------------------------------------------------------------------------
+
+
+def test_the_trainer_follows_the_one_cycle_schedule_and_checks_peak_at(prepared_mlm: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = run_config(prepared_mlm, run_dir, "train.max_steps=8", "schedule.name=one_cycle",
+                        "schedule.peak_at=0.25", "schedule.min_lr_ratio=0.0")
+    Trainer(config, PretrainTask(config)).fit()
+    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lrs = [record["lr"] for record in logged if record["split"] == "train"]
+    # 2 steps up ((s + 1) / 3 of the peak), the peak at step 2, then down by an eighth of the run per step / 0.75
+    expected = [1 / 3, 2 / 3, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6]
+    assert lrs == pytest.approx([3e-3 * factor for factor in expected])
+    for value in ("0.0", "1.0", "-0.5"):
+        with pytest.raises(ConfigError, match=rf"config key `schedule.peak_at` is {value}; it must be in \(0.0, 1.0\)"):
+            load_config(None, [f"schedule.peak_at={value}"])

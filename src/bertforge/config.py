@@ -51,7 +51,7 @@ def check_range(key: str, value: float | int | None, *, low: float | None = None
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb", "adadelta", "sgd")
-SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "wsd", "step")
+SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "wsd", "step", "one_cycle")
 STRATEGIES = ("none", "ddp", "zero1", "fsdp")
 NAN_POLICIES = ("skip", "stop", "rollback")
 POSITIONS = ("learned", "rope", "alibi")
@@ -218,12 +218,13 @@ class OptimSection:
 
 @dataclass
 class ScheduleSection:
-    name: str = "linear"  # constant | linear | cosine | inverse_sqrt | wsd (warmup-stable-decay) | step
-    warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps
+    name: str = "linear"  # constant | linear | cosine | inverse_sqrt | wsd (warmup-stable-decay) | step | one_cycle (Cramming's triangle)
+    warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps (one_cycle rises until peak_at instead)
     min_lr_ratio: float = 0.0  # the final learning rate as a fraction of the peak
     decay_fraction: float = 0.2  # wsd: the fraction of the run spent decaying at the end
     step_size: int = 1000  # step: multiply the lr by `gamma` every `step_size` steps
     gamma: float = 0.1  # step: the factor
+    peak_at: float = 0.5  # one_cycle: the fraction of the run where the lr peaks, rising linearly from 0 and falling linearly to min_lr_ratio
 
     def __post_init__(self) -> None:
         check_choice("schedule.name", self.name, SCHEDULES)
@@ -232,6 +233,7 @@ class ScheduleSection:
         check_range("schedule.decay_fraction", self.decay_fraction, low=0.0, high=1.0)
         check_range("schedule.step_size", self.step_size, low=1)
         check_range("schedule.gamma", self.gamma, low=0.0, low_inclusive=False)
+        check_range("schedule.peak_at", self.peak_at, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 
 
 @dataclass
