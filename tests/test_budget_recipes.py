@@ -68,14 +68,10 @@ class StopsWithSigterm(PretrainTask):
         return super().forward_step(batch, model)
 
 
-def final_checkpoint_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
-    return load_file(run_dir / "checkpoints" / f"step-{step:08d}" / "model" / "model.safetensors")
-
-
 def assert_resume_is_exact(data: Path, tmp_path: Path, overrides: list[str], *, steps: int,
                            stop_at_micro_batch: int) -> None:
     """An uninterrupted run and one stopped by SIGTERM during micro-batch `stop_at_micro_batch`, then resumed,
-    end with bitwise-equal weights."""
+    end with bitwise-equal weights, in the last checkpoint and in final/."""
     reference = tmp_path / "reference"
     config = run_config(data, reference, f"train.max_steps={steps}", *overrides)
     Trainer(config, PretrainTask(config)).fit()
@@ -86,10 +82,11 @@ def assert_resume_is_exact(data: Path, tmp_path: Path, overrides: list[str], *, 
     assert first.stopped_by == "signal" and 0 < first.state.step < steps
     resumed = Trainer(config, PretrainTask(config)).fit()
     assert resumed.stopped_by == "budget" and resumed.state.step == steps
-    a, b = final_checkpoint_weights(reference, steps), final_checkpoint_weights(interrupted, steps)
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    for name in (f"checkpoints/step-{steps:08d}/model", "final"):  # final/ differs from the last weights with train.ema
+        a, b = (load_file(run / name / "model.safetensors") for run in (reference, interrupted))
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), f"{name}: {key}"
 
 
 # --- data.mask_schedule ------------------------------------------------------------------------------
@@ -162,3 +159,73 @@ def test_the_trainer_follows_the_one_cycle_schedule_and_checks_peak_at(prepared_
     for value in ("0.0", "1.0", "-0.5"):
         with pytest.raises(ConfigError, match=rf"config key `schedule.peak_at` is {value}; it must be in \(0.0, 1.0\)"):
             load_config(None, [f"schedule.peak_at={value}"])
+
+
+# --- train.ema and train.average_last_k -------------------------------------------------------------
+
+BAG_OF_WORDS = ["optim.lr=3e-2", "optim.weight_decay=0.0", "train.micro_batch_size=32", "train.global_batch_size=32",
+                "train.checkpoint_every=1", "train.keep_last=10", "data.num_workers=0", "log.progress=false",
+                "log.tensorboard=false"]
+
+
+def bag_of_words_run(run_dir: Path, *extra: str) -> Any:
+    from helpers.trainer_tasks import SmallWithDropout
+
+    config = load_config(None, [*BAG_OF_WORDS, f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", *extra])
+    Trainer(config, SmallWithDropout(config)).fit()
+    return config
+
+
+def checkpoint_state(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / f"step-{step:08d}" / "model.pt", weights_only=True)
+
+
+def test_final_holds_the_moving_average_of_the_weights_after_every_step(tmp_path: Path) -> None:
+    from helpers.trainer_tasks import SmallWithDropout
+
+    run_dir = tmp_path / "ema"
+    config = bag_of_words_run(run_dir, "train.max_steps=4", "train.ema=0.5")
+    task = SmallWithDropout(config)  # the initial weights, drawn as the trainer draws them
+    torch.manual_seed(config.run.seed)
+    task.build_datasets()
+    average = {name: tensor.detach().clone() for name, tensor in task.build_model().state_dict().items()}
+    for step in range(1, 5):
+        for name, tensor in checkpoint_state(run_dir, step).items():
+            average[name].mul_(0.5).add_(tensor, alpha=0.5)
+    final = torch.load(run_dir / "final" / "model.pt", weights_only=True)
+    assert final.keys() == average.keys()
+    assert all(torch.equal(final[name], average[name]) for name in final)
+    last = checkpoint_state(run_dir, 4)
+    assert not all(torch.equal(final[name], last[name]) for name in final)  # not the last weights
+    assert json.loads((run_dir / "final" / "origin.json").read_text()) == {"weights": "ema", "ema_decay": 0.5,
+                                                                           "steps": 4}
+    assert (run_dir / "checkpoints" / "step-00000004" / "ema.safetensors").is_file()
+
+
+def test_final_holds_the_mean_of_the_last_k_checkpoints(tmp_path: Path) -> None:
+    run_dir = tmp_path / "average"
+    bag_of_words_run(run_dir, "train.max_steps=6", "train.checkpoint_every=2", "train.keep_last=3",
+                     "train.average_last_k=3")
+    states = [checkpoint_state(run_dir, step) for step in (2, 4, 6)]
+    final = torch.load(run_dir / "final" / "model.pt", weights_only=True)
+    for name in final:
+        assert torch.equal(final[name], (states[0][name] + states[1][name] + states[2][name]) / 3), name
+    assert json.loads((run_dir / "final" / "origin.json").read_text()) == {
+        "weights": "average_of_checkpoints", "checkpoints": ["step-00000002", "step-00000004", "step-00000006"]}
+
+
+def test_weight_averaging_keys_are_checked() -> None:
+    cases = {("train.ema=1.0",): r"config key `train.ema` is 1.0; it must be in \(0.0, 1.0\)",
+             ("train.average_last_k=1",): r"config key `train.average_last_k` is 1; it must be in \[2",
+             ("train.ema=0.99", "train.average_last_k=2", "train.checkpoint_every=5"):
+                 r"`train.ema` and `train.average_last_k` both choose the weights of final/",
+             ("train.ema=0.99", "train.best_metric=loss"): r"`train.ema` and `train.best_metric` both choose",
+             ("train.average_last_k=3",): r"`train.checkpoint_every` is not set",
+             ("train.average_last_k=3", "train.checkpoint_every=5"): r"`train.keep_last` is 2: the older checkpoints"}
+    for overrides, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, list(overrides))
+
+
+def test_pretraining_with_an_ema_resumes_exactly(prepared_mlm: Path, tmp_path: Path) -> None:
+    assert_resume_is_exact(prepared_mlm, tmp_path, ["train.ema=0.7"], steps=6, stop_at_micro_batch=2 * 3)

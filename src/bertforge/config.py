@@ -254,6 +254,8 @@ class TrainSection:
     best_mode: str = "max"  # max | min: whether a larger best_metric is better
     early_stopping_patience: int | None = None  # evaluations without best_metric improving before stopping; None = never
     nan_policy: str = "skip"  # on a non-finite loss: skip the step | stop | rollback to the last checkpoint
+    ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.999), kept in checkpoints; final/ is the average; None = off
+    average_last_k: int | None = None  # final/ = the mean weights of the last K checkpoints (needs checkpoint_every and keep_last >= K); None = off
 
     def __post_init__(self) -> None:
         check_range("train.micro_batch_size", self.micro_batch_size, low=1)
@@ -270,6 +272,26 @@ class TrainSection:
         check_choice("train.best_mode", self.best_mode, ("max", "min"))
         check_choice("train.nan_policy", self.nan_policy, NAN_POLICIES)
         check_range("train.early_stopping_patience", self.early_stopping_patience, low=1)
+        self._check_final_weights()
+
+    def _check_final_weights(self) -> None:
+        """`ema`, `average_last_k` and `best_metric` each decide which weights `final/` holds: one at a time."""
+        check_range("train.ema", self.ema, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+        check_range("train.average_last_k", self.average_last_k, low=2)
+        choosers = [key for key, value in (("train.ema", self.ema), ("train.average_last_k", self.average_last_k),
+                                           ("train.best_metric", self.best_metric)) if value is not None]
+        if len(choosers) > 1:
+            raise ConfigError(f"config keys `{choosers[0]}` and `{choosers[1]}` both choose the weights of final/; "
+                              "set only one of them")
+        if self.average_last_k is None:
+            return
+        if self.checkpoint_every is None:
+            raise ConfigError("config key `train.average_last_k` averages checkpoints, but `train.checkpoint_every` is "
+                              "not set (one checkpoint at the end); set train.checkpoint_every")
+        if self.keep_last < self.average_last_k:
+            raise ConfigError(f"config key `train.average_last_k` is {self.average_last_k} but `train.keep_last` is "
+                              f"{self.keep_last}: the older checkpoints would be deleted; set train.keep_last="
+                              f"{self.average_last_k}")
 
 
 @dataclass
