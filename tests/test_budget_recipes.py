@@ -28,7 +28,7 @@ from bertforge.data.shards import PretokenizedDataset
 from bertforge.errors import ConfigError
 from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.task import Batch
-from bertforge.train.trainer import Trainer
+from bertforge.train.trainer import FitResult, Trainer
 
 TINY = ["model.preset=bert-tiny", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
         "model.num_layers=1", "data.seq_len=64", "data.num_workers=0", "optim.lr=3e-3", "schedule.warmup=2",
@@ -69,12 +69,12 @@ class StopsWithSigterm(PretrainTask):
 
 
 def assert_resume_is_exact(data: Path, tmp_path: Path, overrides: list[str], *, steps: int,
-                           stop_at_micro_batch: int) -> None:
+                           stop_at_micro_batch: int) -> tuple[FitResult, FitResult]:
     """An uninterrupted run and one stopped by SIGTERM during micro-batch `stop_at_micro_batch`, then resumed,
     end with bitwise-equal weights, in the last checkpoint and in final/."""
     reference = tmp_path / "reference"
     config = run_config(data, reference, f"train.max_steps={steps}", *overrides)
-    Trainer(config, PretrainTask(config)).fit()
+    reference_result = Trainer(config, PretrainTask(config)).fit()
     interrupted = tmp_path / "interrupted"
     config = run_config(data, interrupted, f"train.max_steps={steps}", *overrides)
     stopping = type("Stops", (StopsWithSigterm,), {"stop_at": stop_at_micro_batch})(config)
@@ -82,11 +82,13 @@ def assert_resume_is_exact(data: Path, tmp_path: Path, overrides: list[str], *, 
     assert first.stopped_by == "signal" and 0 < first.state.step < steps
     resumed = Trainer(config, PretrainTask(config)).fit()
     assert resumed.stopped_by == "budget" and resumed.state.step == steps
+    assert resumed.state.consumed_samples == reference_result.state.consumed_samples
     for name in (f"checkpoints/step-{steps:08d}/model", "final"):  # final/ differs from the last weights with train.ema
         a, b = (load_file(run / name / "model.safetensors") for run in (reference, interrupted))
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(a[key], b[key]), f"{name}: {key}"
+    return first, resumed
 
 
 # --- data.mask_schedule ------------------------------------------------------------------------------
@@ -229,3 +231,28 @@ def test_weight_averaging_keys_are_checked() -> None:
 
 def test_pretraining_with_an_ema_resumes_exactly(prepared_mlm: Path, tmp_path: Path) -> None:
     assert_resume_is_exact(prepared_mlm, tmp_path, ["train.ema=0.7"], steps=6, stop_at_micro_batch=2 * 3)
+
+
+# --- train.batch_ramp_start ---------------------------------------------------------------------------
+
+
+def test_pretraining_resumes_exactly_in_a_batch_ramp_and_across_its_end(prepared_mlm: Path, tmp_path: Path) -> None:
+    # global 32 from 8 over the first 4 of 8 steps: steps of 8, 8, 16, 24, then 32 (1, 1, 2, 3, 4 micro-batches)
+    ramp = ["train.global_batch_size=32", "train.batch_ramp_start=8", "train.batch_ramp_fraction=0.5"]
+    first, resumed = assert_resume_is_exact(prepared_mlm, tmp_path, ramp, steps=8, stop_at_micro_batch=3)
+    assert (first.state.step, first.state.consumed_samples) == (3, 8 + 8 + 16)
+    assert resumed.state.consumed_samples == 8 + 8 + 16 + 24 + 4 * 32
+
+
+def test_a_batch_ramp_is_checked_against_the_batch_sizes_and_the_budget(prepared_mlm: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config key `train.batch_ramp_start` is 16; it must be in \[1, 15\]"):
+        load_config(None, ["train.global_batch_size=16", "train.batch_ramp_start=16"])
+    cases = {"unit": (["train.batch_ramp_start=4", "train.max_steps=4"],
+                      r"`train.batch_ramp_start` \(4\) must be a multiple of `train.micro_batch_size` × world size \(8\)"),
+             "time": (["train.batch_ramp_start=8", "train.max_time_minutes=1"],
+                      r"train.batch_ramp_start grows the batch over a fraction of the steps, but the run has only a "
+                      r"wall-clock budget")}
+    for name, (overrides, message) in cases.items():
+        config = run_config(prepared_mlm, tmp_path / name, *overrides)
+        with pytest.raises(ConfigError, match=message):
+            Trainer(config, PretrainTask(config)).fit()

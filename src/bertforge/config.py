@@ -240,6 +240,8 @@ class ScheduleSection:
 class TrainSection:
     micro_batch_size: int = 32  # samples per device per forward/backward
     global_batch_size: int = 32  # samples per optimizer step over all devices; accumulation is derived
+    batch_ramp_start: int | None = None  # global batch of the first step, growing linearly to global_batch_size (in multiples of micro_batch_size × world size); None = no ramp
+    batch_ramp_fraction: float = 0.6  # with batch_ramp_start: the fraction of the steps over which the batch grows (Cramming: 0.6)
     max_steps: int | None = None  # stop after this many optimizer steps
     max_epochs: float | None = None  # stop after this many passes over the training data
     max_tokens: int | None = None  # stop after this many real (non-padding) training tokens
@@ -260,6 +262,8 @@ class TrainSection:
     def __post_init__(self) -> None:
         check_range("train.micro_batch_size", self.micro_batch_size, low=1)
         check_range("train.global_batch_size", self.global_batch_size, low=1)
+        check_range("train.batch_ramp_start", self.batch_ramp_start, low=1, high=self.global_batch_size - 1)
+        check_range("train.batch_ramp_fraction", self.batch_ramp_fraction, low=0.0, high=1.0, low_inclusive=False)
         check_range("train.max_steps", self.max_steps, low=1)
         check_range("train.max_epochs", self.max_epochs, low=0.0, low_inclusive=False)
         check_range("train.max_tokens", self.max_tokens, low=1)

@@ -24,7 +24,7 @@ from torch import nn
 
 from bertforge.config import Config, save_config
 from bertforge.console import log
-from bertforge.data.sampler import BatchGeometry
+from bertforge.data.sampler import BatchGeometry, BatchRamp
 from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
@@ -182,6 +182,20 @@ class Trainer:
                               "train.max_tokens or train.max_time_minutes")
         return min(candidates) if candidates else None
 
+    def _apply_batch_ramp(self, total_steps: int | None) -> None:
+        """train.batch_ramp_start: the loader's plan gets smaller steps at first (Cramming's batch-size warm-up),
+        a function of the step, so the trainer and the loader agree on every step's shape and resume stays exact."""
+        train = self.config.train
+        if train.batch_ramp_start is None:
+            return
+        if total_steps is None:
+            raise ConfigError("train.batch_ramp_start grows the batch over a fraction of the steps, but the run has only "
+                              "a wall-clock budget; set train.max_steps (or train.max_epochs / train.max_tokens) as well")
+        ramp = BatchRamp(train.batch_ramp_start, train.global_batch_size, math.ceil(train.batch_ramp_fraction * total_steps),
+                         train.micro_batch_size * self.env.world_size)
+        self.train_loader.plan = self.train_loader.plan.with_batch_ramp(ramp)
+        log.info(f"global batch ramps from {ramp.start} to {ramp.full} samples over the first {ramp.steps} steps")
+
     def _budget_spent(self, state: TrainingState, total_steps: int | None) -> bool:
         train = self.config.train
         if total_steps is not None and state.step >= total_steps:
@@ -286,6 +300,7 @@ class Trainer:
         config = self.config
         state = self._resume()
         total_steps = self._total_steps()
+        self._apply_batch_ramp(total_steps)
         validation = self._validation_batches()
         batches = self.train_loader.iterate(state.consumed_samples, step=state.step, total_steps=total_steps)
         flops_per_token = self.task.flops_per_token(self.raw_model)
@@ -300,7 +315,7 @@ class Trainer:
             progress.update(state.step, {})
             while stopped_by == "budget" and not self._budget_spent(state, total_steps):
                 started = time.perf_counter()
-                shape = self.train_loader.plan.step_at(state.consumed_samples)
+                shape = self.train_loader.plan.step_at(state.consumed_samples, state.step)
                 loss, metrics, tokens, non_finite = self._train_step(batches, shape.micro_batches, state, total_steps)
                 stop_requested = D.any_rank(self._stop_signal is not None, self.env, self.device)
                 state.step += 1
