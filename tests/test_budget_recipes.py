@@ -13,13 +13,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 from torch import nn
 
 from bertforge.config import load_config
-from bertforge.data.curriculum import DataCurriculum
+from bertforge.data.curriculum import DataCurriculum, cut_samples
 from bertforge.data.masking import MaskingSettings
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
 from bertforge.data.pretraining_loader import PretrainingLoader
@@ -256,3 +257,59 @@ def test_a_batch_ramp_is_checked_against_the_batch_sizes_and_the_budget(prepared
         config = run_config(prepared_mlm, tmp_path / name, *overrides)
         with pytest.raises(ConfigError, match=message):
             Trainer(config, PretrainTask(config)).fit()
+
+
+# --- data.seq_len_schedule --------------------------------------------------------------------------
+
+
+def test_sequence_length_phases_follow_the_steps_then_the_prepared_length() -> None:
+    curriculum = DataCurriculum(seq_len_phases=((16, 0.5), (32, 0.75)))
+    assert [curriculum.at(step, 8).seq_len for step in range(9)] == [16, 16, 16, 16, 32, 32, None, None, None]
+    flat = np.array([2, 10, 11, 12, 13, 3, 2, 20, 3, 2, 30, 31, 32, 33, 34, 35, 3])
+    cut, lengths = cut_samples(flat, np.array([6, 3, 8]), 4, sep_id=3)
+    assert lengths.tolist() == [4, 3, 4]
+    assert cut.tolist() == [2, 10, 11, 3, 2, 20, 3, 2, 30, 31, 3]
+
+
+def test_the_loader_cuts_samples_to_the_phase_length_with_the_masks_they_had(prepared_mlm: Path) -> None:
+    dataset = PretokenizedDataset(prepared_mlm, "train")
+    masking = MaskingSettings(mask_prob=0.3, seed=3)
+    phased = PretrainingLoader(dataset, BatchGeometry(8, 8), seed=3, masking=masking,
+                               curriculum=DataCurriculum(mask_prob=0.3, seq_len_phases=((24, 0.5),)))
+    whole = PretrainingLoader(dataset, BatchGeometry(8, 8), seed=3, masking=masking)
+    short, full = (next(iter(loader.iterate(0, total_steps=4))) for loader in (phased, whole))
+    assert full["max_seqlen"] > 24 and short["max_seqlen"] <= 24
+    cu, full_cu = short["cu_seqlens"].tolist(), full["cu_seqlens"].tolist()
+    full_masked = set(full["masked_positions"].tolist())
+    assert any(full_cu[row + 1] - full_cu[row] > 24 for row in range(8))
+    for row in range(8):
+        tokens = short["input_ids"][cu[row]:cu[row + 1]]
+        assert int(tokens[0]) == 2  # [CLS]
+        if full_cu[row + 1] - full_cu[row] > 24:  # cut: the first 23 tokens with their masks, then [SEP]
+            assert cu[row + 1] - cu[row] == 24 and int(tokens[-1]) == 3
+            expected = {p - full_cu[row] for p in full_masked if full_cu[row] <= p < full_cu[row] + 23}
+            assert {p - cu[row] for p in short["masked_positions"].tolist() if cu[row] <= p < cu[row + 1]} == expected
+    after = next(iter(phased.iterate(2 * 8, step=2, total_steps=4)))  # the second half: samples as prepared
+    assert after["max_seqlen"] > 24
+
+
+def test_a_sequence_length_schedule_is_checked(prepared_corpus: Path, tmp_path: Path) -> None:
+    cases = {"[{seq_len: 64, until: 0.5}]": r"`data.seq_len_schedule\[0\].seq_len` is 64; it must be in \[8, 63\]",
+             "[{seq_len: 16, until: 1.0}]": r"`data.seq_len_schedule\[0\].until` is 1.0; it must be in \(0.0, 1.0\)",
+             "[{seq_len: 16, until: 0.5}, {seq_len: 32, until: 0.5}]":
+                 r"`data.seq_len_schedule\[1\].until` is 0.5, not after the previous phase's end \(0.5\)"}
+    for value, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, ["data.seq_len=64", f"data.seq_len_schedule={value}"])
+    with pytest.raises(ConfigError, match=r"data.seq_len_schedule follows the step count"):
+        DataCurriculum(seq_len_phases=((16, 0.5),)).check_budget(None)
+    config = run_config(prepared_corpus, tmp_path / "nsp", "train.max_steps=2", "data.seq_len=128",
+                        "data.seq_len_schedule=[{seq_len: 32, until: 0.5}]")
+    with pytest.raises(ConfigError, match=r"`data.seq_len_schedule` cuts samples, and .* holds NSP pairs"):
+        Trainer(config, PretrainTask(config)).fit()
+
+
+def test_pretraining_resumes_exactly_across_a_sequence_length_phase_change(prepared_mlm: Path, tmp_path: Path) -> None:
+    # 32 tokens for the first 4 of 8 steps, then 64; stopped during step 2, resumed at step 3
+    assert_resume_is_exact(prepared_mlm, tmp_path, ["data.seq_len_schedule=[{seq_len: 32, until: 0.5}]"], steps=8,
+                           stop_at_micro_batch=2 * 2 + 1)

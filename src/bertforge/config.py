@@ -121,12 +121,19 @@ class ModelSection:
 
 
 @dataclass
+class SeqLenPhase:
+    seq_len: int = 128  # tokens per sample in this phase ([CLS] and [SEP] included); longer samples are cut
+    until: float = 0.9  # the phase ends at this fraction of the steps
+
+
+@dataclass
 class DataSection:
     path: str | None = None  # a prepared (sharded, pre-tokenized) dataset directory or URL, for pre-training
     seq_len: int = 128  # tokens per sample, [CLS] and [SEP] included
     mask_prob: float = 0.15  # fraction of tokens chosen for MLM (0.30 in Mosaic-style recipes); with a mask_schedule, the rate at the end
     mask_schedule: str = "constant"  # the mask rate over the steps: constant (mask_prob) | linear | cosine (from mask_prob_start to mask_prob)
     mask_prob_start: float | None = None  # linear / cosine mask_schedule: the rate at the first step, e.g. 0.30 falling to mask_prob 0.15
+    seq_len_schedule: list[SeqLenPhase] = field(default_factory=list)  # shorter phases first, e.g. [{seq_len: 64, until: 0.9}]: samples cut to 64 tokens for 90% of the steps, then seq_len
     mask_replace_prob: float = 0.8  # of the chosen tokens, the fraction replaced by [MASK]
     random_replace_prob: float = 0.1  # of the chosen tokens, the fraction replaced by a random token
     whole_word_masking: bool = False  # mask all WordPiece pieces of a word together
@@ -153,7 +160,20 @@ class DataSection:
             raise ConfigError("config keys `data.mask_replace_prob` + `data.random_replace_prob` exceed 1; "
                               "lower one of them (BERT uses 0.8 and 0.1)")
         check_range("data.num_workers", self.num_workers, low=0)
+        self._check_seq_len_schedule()
         check_range("data.validation_samples", self.validation_samples, low=1)
+
+
+    def _check_seq_len_schedule(self) -> None:
+        previous_until = 0.0
+        for index, phase in enumerate(self.seq_len_schedule):
+            key = f"data.seq_len_schedule[{index}]"
+            check_range(f"{key}.seq_len", phase.seq_len, low=8, high=self.seq_len - 1)
+            check_range(f"{key}.until", phase.until, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+            if phase.until <= previous_until:
+                raise ConfigError(f"config key `{key}.until` is {phase.until}, not after the previous phase's end "
+                                  f"({previous_until}); list the phases in order, each `until` larger")
+            previous_until = phase.until
 
 
 @dataclass

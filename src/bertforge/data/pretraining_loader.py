@@ -37,7 +37,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bertforge.batch import padded_grid, unpadded_inputs
-from bertforge.data.curriculum import DataCurriculum, StepData
+from bertforge.data.curriculum import DataCurriculum, StepData, cut_samples
 from bertforge.data.masking import Masker, MaskingSettings
 from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
@@ -109,6 +109,7 @@ class PretrainingBatches(Dataset):
         self.masker = masker
         self.layout = layout
         self.pad_id = pad_id
+        self.sep_id = int(dataset.manifest["tokenizer"]["ids"]["sep"])
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -116,6 +117,8 @@ class PretrainingBatches(Dataset):
     def __getitem__(self, micro: MicroBatch) -> dict[str, Any]:  # type: ignore[override]
         indices = np.asarray(micro.indices, dtype=np.int64)
         flat, lengths, pairs = self.dataset.gather(indices)
+        if micro.step_data is not None and micro.step_data.seq_len is not None:
+            flat, lengths = cut_samples(flat, lengths, micro.step_data.seq_len, self.sep_id)
         mask_prob = micro.step_data.mask_prob if micro.step_data is not None else None
         masked = self.masker(flat, lengths, indices, micro.epoch, mask_prob=mask_prob)
         if self.layout == "unpadded":

@@ -40,6 +40,9 @@ class PretrainTask(Task):
             raise ConfigError(f"`data.seq_len` is {data.seq_len} but {data.path} was prepared with --seq-len "
                               f"{train.seq_len}; set data.seq_len={train.seq_len} or prepare the data again")
         self.nsp = train.has_pairs
+        if self.nsp and data.seq_len_schedule:
+            raise ConfigError(f"`data.seq_len_schedule` cuts samples, and {data.path} holds NSP pairs, whose second segment "
+                              "a cut would lose; prepare the data without --nsp, or remove data.seq_len_schedule")
         self.tokenizer_dir = train.tokenizer_path
         tokenizer = load_tokenizer(self.tokenizer_dir)
         self._check_tokenizer(tokenizer.fingerprint, train.manifest["tokenizer"]["fingerprint"])
