@@ -313,3 +313,60 @@ def test_pretraining_resumes_exactly_across_a_sequence_length_phase_change(prepa
     # 32 tokens for the first 4 of 8 steps, then 64; stopped during step 2, resumed at step 3
     assert_resume_is_exact(prepared_mlm, tmp_path, ["data.seq_len_schedule=[{seq_len: 32, until: 0.5}]"], steps=8,
                            stop_at_micro_batch=2 * 2 + 1)
+
+
+# --- all of them, through a kill -9 ------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+EVERY_SWITCH = ["data.mask_schedule=cosine", "data.mask_prob_start=0.4", "train.global_batch_size=32",
+                "train.batch_ramp_start=8", "train.batch_ramp_fraction=0.5", "data.seq_len_schedule=[{seq_len: 32, until: 0.5}]",
+                "train.ema=0.7", "schedule.name=one_cycle", "schedule.peak_at=0.25", "train.checkpoint_every=2",
+                "train.max_steps=8", "data.num_workers=1"]
+
+# trains in a child process that kills itself (SIGKILL: no handler, no checkpoint) at training micro-batch argv[2]
+KILLED_AT = """
+import os, signal, sys, tempfile
+from bertforge.config import load_config
+from bertforge.tasks.pretrain import PretrainTask
+from bertforge.train.trainer import Trainer
+
+class KilledAt(PretrainTask):
+    calls = 0
+    def forward_step(self, batch, model):
+        if model.training:
+            KilledAt.calls += 1
+            if KilledAt.calls == int(sys.argv[2]):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().forward_step(batch, model)
+
+path = tempfile.mktemp(suffix=".yaml")
+open(path, "w").write(sys.argv[1])
+config = load_config(path)
+Trainer(config, KilledAt(config)).fit()
+"""
+
+
+@pytest.mark.slow
+def test_a_run_with_every_switch_killed_with_sigkill_resumes_to_the_uninterrupted_weights(
+        prepared_mlm: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from bertforge.config import config_to_yaml
+
+    reference = tmp_path / "reference"
+    config = run_config(prepared_mlm, reference, *EVERY_SWITCH)
+    Trainer(config, PretrainTask(config)).fit()
+    killed = tmp_path / "killed"
+    config = run_config(prepared_mlm, killed, *EVERY_SWITCH)
+    # micro-batches per step 1, 1, 2, 3, 4, ...: number 6 is in step 3, after the checkpoint of step 2
+    done = subprocess.run([sys.executable, "-c", KILLED_AT, config_to_yaml(config), "6"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert (killed / "checkpoints" / "latest").read_text() == "step-00000002"
+    result = Trainer(config, PretrainTask(config)).fit()
+    assert result.state.step == 8
+    for name in ("checkpoints/step-00000008/model/model.safetensors", "checkpoints/step-00000008/ema.safetensors",
+                 "final/model.safetensors"):
+        a, b = (load_file(run / name) for run in (reference, killed))
+        assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a), name
