@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bertforge.data.pretraining_loader import PretrainingLoader, TrainSampler, build_eval_loader
-from bertforge.data.sampler import BatchGeometry
+from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.errors import ConfigError
 
@@ -94,7 +94,7 @@ def test_batches_and_masks_are_identical_with_0_1_and_2_workers(dataset: Pretoke
 def step_samples(world_size: int, consumed: int, steps: int, num_samples: int) -> list[list[int]]:
     """The sample indices of each optimizer step, gathered over all simulated ranks."""
     per_step = GLOBAL // (MICRO * world_size)
-    samplers = [iter(TrainSampler(num_samples, BatchGeometry(MICRO, GLOBAL, world_size, rank), seed=5,
+    samplers = [iter(TrainSampler(EpochPlan(num_samples, BatchGeometry(MICRO, GLOBAL, world_size, rank)), seed=5,
                                   consumed_samples=consumed)) for rank in range(world_size)]
     out = []
     for _ in range(steps):
@@ -161,6 +161,6 @@ def test_bad_batch_settings_are_config_errors(dataset: PretokenizedDataset) -> N
     with pytest.raises(ConfigError, match="multiple of"):
         BatchGeometry(micro_batch_size=4, global_batch_size=10)
     with pytest.raises(ConfigError, match="not at a step boundary of global batch size 16"):
-        TrainSampler(len(dataset), BatchGeometry(4, 16), seed=0, consumed_samples=8)
+        TrainSampler(EpochPlan(len(dataset), BatchGeometry(4, 16)), seed=0, consumed_samples=8)
     with pytest.raises(ConfigError, match="fewer than one global batch"):
-        TrainSampler(10, BatchGeometry(4, 16), seed=0)
+        TrainSampler(EpochPlan(10, BatchGeometry(4, 16)), seed=0)

@@ -53,6 +53,20 @@ def test_wall_clock_progress_drives_the_schedule() -> None:
     assert lr_factor(section, step=3, total_steps=1, progress=0.25) == pytest.approx(0.75)
 
 
+def test_one_cycle_rises_linearly_to_the_peak_and_falls_linearly_to_the_floor() -> None:
+    values = factors("one_cycle", peak_at=0.5, min_lr_ratio=0.1)
+    assert values[0] == pytest.approx(1 / 51) and values[49] == pytest.approx(50 / 51)  # no step at lr 0
+    assert values[50] == pytest.approx(1.0) and max(values) == values[50]
+    assert values[75] == pytest.approx(0.55) and values[99] == pytest.approx(0.1 + 0.9 * 0.02)
+    assert factors("one_cycle", peak_at=0.5, min_lr_ratio=0.1, warmup=30) == values  # warmup does not apply: the rise is peak_at
+
+
+def test_one_cycle_follows_elapsed_time_under_a_wall_clock_budget() -> None:
+    section = ScheduleSection(name="one_cycle", peak_at=0.25, min_lr_ratio=0.0)
+    by_time = [lr_factor(section, step=1, total_steps=1, progress=p) for p in (0.0, 0.125, 0.25, 0.625, 1.0)]
+    assert by_time == pytest.approx([0.0, 0.5, 1.0, 0.5, 0.0])
+
+
 def test_no_weight_decay_on_biases_and_norms() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     decay, no_decay = default_parameter_groups(model, 0.1)

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from bertforge.data.sampler import BatchGeometry, EpochPlan, StepShape
+from bertforge.data.sampler import BatchGeometry, BatchRamp, EpochPlan, StepShape
 from bertforge.errors import ConfigError
 
 MICRO, GLOBAL = 4, 16
@@ -90,3 +90,57 @@ def test_a_resume_point_off_a_step_boundary_and_too_little_data_are_config_error
     with pytest.raises(ConfigError, match="fewer than one global batch"):
         plan(10, keep=False)
     assert plan(10).steps == 1  # fine-tuning on fewer rows than a batch trains on one smaller step
+
+
+# --- the batch-size ramp (train.batch_ramp_start) -----------------------------------------------------
+
+
+def test_a_batch_ramp_grows_linearly_in_multiples_of_the_unit_then_stays_full() -> None:
+    ramp = BatchRamp(start=16, full=64, steps=10, unit=16)
+    assert [ramp.size_at(step) for step in range(12)] == [16, 16, 16, 16, 32, 32, 32, 48, 48, 48, 64, 64]
+    with pytest.raises(ConfigError, match=r"`train.batch_ramp_start` \(12\) must be a multiple of .* \(8\); e.g. set "
+                                          r"train.batch_ramp_start=8"):
+        BatchRamp(start=12, full=64, steps=10, unit=8)
+
+
+def ramped_steps(world_size: int, count: int, consumed: int = 0, step: int = 0,
+                 keep: bool = False) -> tuple[list[list[int]], list[int]]:
+    """Each step's samples over all ranks and the consumed samples after each, under a ramp 8 -> 16 over 3 steps."""
+    ramp = BatchRamp(start=8, full=GLOBAL, steps=3, unit=8)
+    plans = [plan(70, world_size, rank, keep).with_batch_ramp(ramp) for rank in range(world_size)]
+    iterators = [p.steps_from(seed=3, consumed_samples=consumed, step=step) for p in plans]
+    samples, consumed_after = [], []
+    for _ in range(count):
+        shape = plans[0].step_at(consumed, step)
+        planned = [next(iterator) for iterator in iterators]
+        assert all(p.step == step and len(p.micro_batches) == shape.micro_batches for p in planned)
+        samples.append([int(i) for p in planned for micro in p.micro_batches for i in micro])
+        consumed, step = consumed + shape.samples, step + 1
+        consumed_after.append(consumed)
+    return samples, consumed_after
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_batch_ramp_keeps_epochs_whole_and_resumes_exactly_at_any_step(world_size: int) -> None:
+    samples, consumed = ramped_steps(world_size, 12)
+    # sizes 8, 8, 8 (8 + 8 * 2 // 3 = 13, rounded down to 8), then 16; the epoch of 64 ends with a step of the 8 left
+    assert [len(step) for step in samples] == [8, 8, 8, 16, 16, 8, 16, 16, 16, 16, 16, 16]
+    assert consumed[5] == 64
+    first_epoch = [i for step in samples[:6] for i in step]
+    assert len(first_epoch) == len(set(first_epoch)) == 64
+    assert samples == ramped_steps(1, 12)[0]  # the same samples in each step on any world size
+    for index in range(1, 11):
+        resumed, _ = ramped_steps(world_size, 12 - index, consumed=consumed[index - 1], step=index)
+        assert resumed == samples[index:], f"resume at step {index}"
+
+
+def test_a_batch_ramp_in_fine_tuning_still_trains_on_every_sample_each_epoch() -> None:
+    samples, consumed = ramped_steps(1, 8, keep=True)
+    assert [len(step) for step in samples] == [8, 8, 8, 16, 16, 14, 16, 16]  # the epoch of 70 ends with its 14 left
+    assert sorted(i for step in samples[:6] for i in step) == list(range(70))
+
+
+def test_a_resume_point_off_the_ramp_unit_is_a_config_error() -> None:
+    ramped = plan(70, keep=False).with_batch_ramp(BatchRamp(start=8, full=GLOBAL, steps=3, unit=8))
+    with pytest.raises(ConfigError, match=r"not at a step boundary of the batch-size ramp \(multiples of 8\)"):
+        ramped.step_at(4, 1)

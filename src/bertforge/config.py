@@ -51,7 +51,7 @@ def check_range(key: str, value: float | int | None, *, low: float | None = None
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb", "adadelta", "sgd")
-SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "wsd", "step")
+SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "wsd", "step", "one_cycle")
 STRATEGIES = ("none", "ddp", "zero1", "fsdp")
 NAN_POLICIES = ("skip", "stop", "rollback")
 POSITIONS = ("learned", "rope", "alibi")
@@ -61,6 +61,7 @@ ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "cls", "mean", "last")
 TASK_TYPES = ("classification", "regression", "token_classification", "embedding")
 EMBEDDING_LOSSES = ("mnrl", "cosine")
+MASK_SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass
@@ -121,10 +122,19 @@ class ModelSection:
 
 
 @dataclass
+class SeqLenPhase:
+    seq_len: int = 128  # tokens per sample in this phase ([CLS] and [SEP] included); longer samples are cut
+    until: float = 0.9  # the phase ends at this fraction of the steps
+
+
+@dataclass
 class DataSection:
     path: str | None = None  # a prepared (sharded, pre-tokenized) dataset directory or URL, for pre-training
     seq_len: int = 128  # tokens per sample, [CLS] and [SEP] included
-    mask_prob: float = 0.15  # fraction of tokens chosen for MLM (0.30 in Mosaic-style recipes)
+    mask_prob: float = 0.15  # fraction of tokens chosen for MLM (0.30 in Mosaic-style recipes); with a mask_schedule, the rate at the end
+    mask_schedule: str = "constant"  # the mask rate over the steps: constant (mask_prob) | linear | cosine (from mask_prob_start to mask_prob)
+    mask_prob_start: float | None = None  # linear / cosine mask_schedule: the rate at the first step, e.g. 0.30 falling to mask_prob 0.15
+    seq_len_schedule: list[SeqLenPhase] = field(default_factory=list)  # shorter phases first, e.g. [{seq_len: 64, until: 0.9}]: samples cut to 64 tokens for 90% of the steps, then seq_len
     mask_replace_prob: float = 0.8  # of the chosen tokens, the fraction replaced by [MASK]
     random_replace_prob: float = 0.1  # of the chosen tokens, the fraction replaced by a random token
     whole_word_masking: bool = False  # mask all WordPiece pieces of a word together
@@ -136,13 +146,35 @@ class DataSection:
     def __post_init__(self) -> None:
         check_range("data.seq_len", self.seq_len, low=8)
         check_range("data.mask_prob", self.mask_prob, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+        check_choice("data.mask_schedule", self.mask_schedule, MASK_SCHEDULES)
+        check_range("data.mask_prob_start", self.mask_prob_start, low=0.0, high=1.0, low_inclusive=False,
+                    high_inclusive=False)
+        if self.mask_schedule == "constant" and self.mask_prob_start is not None:
+            raise ConfigError("config key `data.mask_prob_start` is set but data.mask_schedule is constant; set "
+                              "data.mask_schedule=linear or cosine, or remove data.mask_prob_start")
+        if self.mask_schedule != "constant" and self.mask_prob_start is None:
+            raise ConfigError(f"config key `data.mask_prob_start` is not set but data.mask_schedule is "
+                              f"{self.mask_schedule}; give the rate at the first step, e.g. data.mask_prob_start=0.3")
         check_range("data.mask_replace_prob", self.mask_replace_prob, low=0.0, high=1.0)
         check_range("data.random_replace_prob", self.random_replace_prob, low=0.0, high=1.0)
         if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-9:
             raise ConfigError("config keys `data.mask_replace_prob` + `data.random_replace_prob` exceed 1; "
                               "lower one of them (BERT uses 0.8 and 0.1)")
         check_range("data.num_workers", self.num_workers, low=0)
+        self._check_seq_len_schedule()
         check_range("data.validation_samples", self.validation_samples, low=1)
+
+
+    def _check_seq_len_schedule(self) -> None:
+        previous_until = 0.0
+        for index, phase in enumerate(self.seq_len_schedule):
+            key = f"data.seq_len_schedule[{index}]"
+            check_range(f"{key}.seq_len", phase.seq_len, low=8, high=self.seq_len - 1)
+            check_range(f"{key}.until", phase.until, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+            if phase.until <= previous_until:
+                raise ConfigError(f"config key `{key}.until` is {phase.until}, not after the previous phase's end "
+                                  f"({previous_until}); list the phases in order, each `until` larger")
+            previous_until = phase.until
 
 
 @dataclass
@@ -213,12 +245,13 @@ class OptimSection:
 
 @dataclass
 class ScheduleSection:
-    name: str = "linear"  # constant | linear | cosine | inverse_sqrt | wsd (warmup-stable-decay) | step
-    warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps
+    name: str = "linear"  # constant | linear | cosine | inverse_sqrt | wsd (warmup-stable-decay) | step | one_cycle (Cramming's triangle)
+    warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps (one_cycle rises until peak_at instead)
     min_lr_ratio: float = 0.0  # the final learning rate as a fraction of the peak
     decay_fraction: float = 0.2  # wsd: the fraction of the run spent decaying at the end
     step_size: int = 1000  # step: multiply the lr by `gamma` every `step_size` steps
     gamma: float = 0.1  # step: the factor
+    peak_at: float = 0.5  # one_cycle: the fraction of the run where the lr peaks, rising linearly from 0 and falling linearly to min_lr_ratio
 
     def __post_init__(self) -> None:
         check_choice("schedule.name", self.name, SCHEDULES)
@@ -227,12 +260,15 @@ class ScheduleSection:
         check_range("schedule.decay_fraction", self.decay_fraction, low=0.0, high=1.0)
         check_range("schedule.step_size", self.step_size, low=1)
         check_range("schedule.gamma", self.gamma, low=0.0, low_inclusive=False)
+        check_range("schedule.peak_at", self.peak_at, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
 
 
 @dataclass
 class TrainSection:
     micro_batch_size: int = 32  # samples per device per forward/backward
     global_batch_size: int = 32  # samples per optimizer step over all devices; accumulation is derived
+    batch_ramp_start: int | None = None  # global batch of the first step, growing linearly to global_batch_size (in multiples of micro_batch_size × world size); None = no ramp
+    batch_ramp_fraction: float = 0.6  # with batch_ramp_start: the fraction of the steps over which the batch grows (Cramming: 0.6)
     max_steps: int | None = None  # stop after this many optimizer steps
     max_epochs: float | None = None  # stop after this many passes over the training data
     max_tokens: int | None = None  # stop after this many real (non-padding) training tokens
@@ -247,10 +283,14 @@ class TrainSection:
     best_mode: str = "max"  # max | min: whether a larger best_metric is better
     early_stopping_patience: int | None = None  # evaluations without best_metric improving before stopping; None = never
     nan_policy: str = "skip"  # on a non-finite loss: skip the step | stop | rollback to the last checkpoint
+    ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.999), kept in checkpoints; final/ is the average; None = off
+    average_last_k: int | None = None  # final/ = the mean weights of the last K checkpoints (needs checkpoint_every and keep_last >= K); None = off
 
     def __post_init__(self) -> None:
         check_range("train.micro_batch_size", self.micro_batch_size, low=1)
         check_range("train.global_batch_size", self.global_batch_size, low=1)
+        check_range("train.batch_ramp_start", self.batch_ramp_start, low=1, high=self.global_batch_size - 1)
+        check_range("train.batch_ramp_fraction", self.batch_ramp_fraction, low=0.0, high=1.0, low_inclusive=False)
         check_range("train.max_steps", self.max_steps, low=1)
         check_range("train.max_epochs", self.max_epochs, low=0.0, low_inclusive=False)
         check_range("train.max_tokens", self.max_tokens, low=1)
@@ -263,6 +303,26 @@ class TrainSection:
         check_choice("train.best_mode", self.best_mode, ("max", "min"))
         check_choice("train.nan_policy", self.nan_policy, NAN_POLICIES)
         check_range("train.early_stopping_patience", self.early_stopping_patience, low=1)
+        self._check_final_weights()
+
+    def _check_final_weights(self) -> None:
+        """`ema`, `average_last_k` and `best_metric` each decide which weights `final/` holds: one at a time."""
+        check_range("train.ema", self.ema, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+        check_range("train.average_last_k", self.average_last_k, low=2)
+        choosers = [key for key, value in (("train.ema", self.ema), ("train.average_last_k", self.average_last_k),
+                                           ("train.best_metric", self.best_metric)) if value is not None]
+        if len(choosers) > 1:
+            raise ConfigError(f"config keys `{choosers[0]}` and `{choosers[1]}` both choose the weights of final/; "
+                              "set only one of them")
+        if self.average_last_k is None:
+            return
+        if self.checkpoint_every is None:
+            raise ConfigError("config key `train.average_last_k` averages checkpoints, but `train.checkpoint_every` is "
+                              "not set (one checkpoint at the end); set train.checkpoint_every")
+        if self.keep_last < self.average_last_k:
+            raise ConfigError(f"config key `train.average_last_k` is {self.average_last_k} but `train.keep_last` is "
+                              f"{self.keep_last}: the older checkpoints would be deleted; set train.keep_last="
+                              f"{self.average_last_k}")
 
 
 @dataclass

@@ -75,9 +75,11 @@ class Masker:
             raise ValueError("whole-word masking needs the tokenizer's word-continuation table")
 
     def __call__(self, input_ids: np.ndarray, lengths: np.ndarray, sample_indices: np.ndarray,
-                 epoch: int) -> MaskedTokens:
-        """Mask a flat micro-batch: `input_ids` of the samples back to back, `lengths` per sample."""
+                 epoch: int, mask_prob: float | None = None) -> MaskedTokens:
+        """Mask a flat micro-batch: `input_ids` of the samples back to back, `lengths` per sample; `mask_prob`
+        (a mask schedule's rate of this step) replaces the settings' rate."""
         settings = self.settings
+        mask_prob = settings.mask_prob if mask_prob is None else mask_prob
         keys = np.repeat(sample_keys(settings.seed, epoch, sample_indices), lengths)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         positions = np.arange(len(input_ids)) - np.repeat(starts, lengths)
@@ -88,9 +90,9 @@ class Masker:
             word_start[starts] = True
             word_number = np.cumsum(word_start) - 1
             word_in_sample = word_number - np.repeat(word_number[starts], lengths)
-            chosen = _uniform(keys, word_in_sample, _STREAM_CHOOSE) < settings.mask_prob
+            chosen = _uniform(keys, word_in_sample, _STREAM_CHOOSE) < mask_prob
         else:
-            chosen = _uniform(keys, positions, _STREAM_CHOOSE) < settings.mask_prob
+            chosen = _uniform(keys, positions, _STREAM_CHOOSE) < mask_prob
         chosen &= ~special
         masked_positions = np.flatnonzero(chosen)
         masked_labels = input_ids[masked_positions]

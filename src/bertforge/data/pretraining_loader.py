@@ -45,6 +45,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bertforge.batch import padded_grid, unpadded_inputs
+from bertforge.data.curriculum import DataCurriculum, StepData, cut_samples
 from bertforge.data.masking import Masker, MaskingSettings
 from bertforge.data.sampler import BatchGeometry, EpochPlan
 from bertforge.data.shards import PretokenizedDataset
@@ -60,26 +61,34 @@ PAD_TO_MULTIPLE = 8
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """What a loader worker needs to build one micro-batch: the epoch and the sample indices."""
+    """What a loader worker needs to build one micro-batch: the epoch, the sample indices and the settings
+    of its step (`data/curriculum.py`; None = the masker's own)."""
 
     epoch: int
     indices: np.ndarray
+    step_data: StepData | None = None
 
 
 class TrainSampler:
-    """This rank's micro-batches forever, after `consumed_samples`: `bertforge.data.sampler`'s order.
+    """This rank's micro-batches forever, from step `step` after `consumed_samples`: `bertforge.data.sampler`'s
+    order, each stamped with its step's settings from the `curriculum` (of `total_steps` steps).
 
     Pre-training drops each epoch's partial global batch (`EpochPlan`'s default).
     """
 
-    def __init__(self, num_samples: int, geometry: BatchGeometry, *, seed: int, consumed_samples: int = 0) -> None:
-        self.plan, self.seed, self.consumed_samples = EpochPlan(num_samples, geometry), seed, consumed_samples
+    def __init__(self, plan: EpochPlan, *, seed: int, consumed_samples: int = 0, step: int = 0,
+                 curriculum: DataCurriculum | None = None, total_steps: int | None = None) -> None:
+        self.plan, self.seed, self.consumed_samples, self.step = plan, seed, consumed_samples, step
+        self.curriculum, self.total_steps = curriculum or DataCurriculum(), total_steps
+        self.curriculum.check_budget(total_steps)
         # fail at construction (not at the first batch) on a bad geometry or resume point
         next(self.plan.micro_batch_indices(seed=seed, consumed_samples=consumed_samples))
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        for epoch, indices in self.plan.micro_batch_indices(seed=self.seed, consumed_samples=self.consumed_samples):
-            yield MicroBatch(epoch, indices)
+        varies = self.curriculum.follows_steps
+        for planned in self.plan.steps_from(seed=self.seed, consumed_samples=self.consumed_samples, step=self.step):
+            step_data = self.curriculum.at(planned.step, self.total_steps) if varies else None
+            yield from (MicroBatch(planned.epoch, indices, step_data) for indices in planned.micro_batches)
 
 
 class EvalSampler:
@@ -141,6 +150,7 @@ class PretrainingBatches(Dataset):
         self.masker = masker
         self.layout = layout
         self.pad_id = pad_id
+        self.sep_id = int(dataset.manifest["tokenizer"]["ids"]["sep"])
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -148,7 +158,10 @@ class PretrainingBatches(Dataset):
     def __getitem__(self, micro: MicroBatch) -> dict[str, Any]:  # type: ignore[override]
         indices = np.asarray(micro.indices, dtype=np.int64)
         flat, lengths, pairs = self.dataset.gather(indices)
-        masked = self.masker(flat, lengths, indices, micro.epoch)
+        if micro.step_data is not None and micro.step_data.seq_len is not None:
+            flat, lengths = cut_samples(flat, lengths, micro.step_data.seq_len, self.sep_id)
+        mask_prob = micro.step_data.mask_prob if micro.step_data is not None else None
+        masked = self.masker(flat, lengths, indices, micro.epoch, mask_prob=mask_prob)
         if self.layout == "unpadded":
             return _unpadded(masked.input_ids, lengths, pairs, masked.masked_positions, masked.masked_labels)
         return _padded(masked.input_ids, lengths, pairs, masked.masked_positions, masked.masked_labels, self.pad_id)
@@ -224,20 +237,24 @@ class TensorBatches:
 
 
 class PretrainingLoader:
-    """The trainer's `ResumableLoader` for pre-training: `iterate(consumed_samples)` resumes exactly.
+    """The trainer's `ResumableLoader` for pre-training: `iterate(consumed_samples, step=...)` resumes exactly.
 
-    Masking is seeded by `masking.seed` (default: `seed`), so order and masks come from one seed.
+    Masking is seeded by `masking.seed` (default: `seed`), so order and masks come from one seed; the
+    `curriculum` changes the mask rate with the step (`data/curriculum.py`).
     """
 
     def __init__(self, dataset: PretokenizedDataset, geometry: BatchGeometry, *, seed: int = 42,
-                 num_workers: int = 0, layout: str = "unpadded", masking: MaskingSettings | None = None) -> None:
+                 num_workers: int = 0, layout: str = "unpadded", masking: MaskingSettings | None = None,
+                 curriculum: DataCurriculum | None = None) -> None:
         self.dataset, self.geometry, self.seed, self.num_workers = dataset, geometry, seed, num_workers
+        self.curriculum = curriculum or DataCurriculum()
         self.plan = EpochPlan(len(dataset), geometry)
         self.batches = PretrainingBatches(dataset, build_masker(dataset, masking or MaskingSettings(seed=seed)),
                                           layout=layout, pad_id=int(dataset.manifest["tokenizer"]["ids"]["pad"]))
 
-    def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
-        sampler = TrainSampler(len(self.dataset), self.geometry, seed=self.seed, consumed_samples=consumed_samples)
+    def iterate(self, consumed_samples: int, *, step: int = 0, total_steps: int | None = None) -> Iterator[dict[str, Any]]:
+        sampler = TrainSampler(self.plan, seed=self.seed, consumed_samples=consumed_samples, step=step,
+                               curriculum=self.curriculum, total_steps=total_steps)
         yield from TensorBatches(self.batches, sampler, self.num_workers)
 
 

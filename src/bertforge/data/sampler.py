@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -58,6 +58,38 @@ class StepShape:
 
 
 @dataclass(frozen=True)
+class BatchRamp:
+    """The global batch size of each step while it grows linearly from `start` to `full` over the first
+    `steps` steps, rounded down to a multiple of `unit` (micro-batch size × world size)."""
+
+    start: int
+    full: int
+    steps: int
+    unit: int
+
+    def __post_init__(self) -> None:
+        if self.start % self.unit or self.full % self.unit:
+            raise ConfigError(f"`train.batch_ramp_start` ({self.start}) must be a multiple of `train.micro_batch_size` "
+                              f"× world size ({self.unit}); e.g. set train.batch_ramp_start="
+                              f"{max(self.unit, self.start - self.start % self.unit)}")
+
+    def size_at(self, step: int) -> int:
+        if step >= self.steps:
+            return self.full
+        size = self.start + (self.full - self.start) * step // self.steps  # integers: the same on every machine
+        return size - size % self.unit
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One optimizer step as this rank reads it: its index, its epoch and the sample indices of its micro-batches."""
+
+    step: int
+    epoch: int
+    micro_batches: list[np.ndarray]
+
+
+@dataclass(frozen=True)
 class EpochPlan:
     """How an epoch of `num_samples` is cut into optimizer steps.
 
@@ -69,11 +101,17 @@ class EpochPlan:
     The kept remainder is cut to a multiple of the world size, so that every rank runs the same
     number of micro-batches and none is empty: at most `world_size - 1` samples per epoch are
     left out, none on one process. Its micro-batches hold at most `micro_batch_size` samples.
+
+    With a `batch_ramp` the steps of the first part of the run are smaller (Cramming's batch-size
+    warm-up); a step that would run past the end of an epoch takes only what is left of it, so an
+    epoch is still `samples` samples and `consumed_samples` still locates the epoch by division.
+    The shape of a step is then a function of (consumed samples, step), both in every checkpoint.
     """
 
     num_samples: int
     geometry: BatchGeometry
     keep_partial_batch: bool = False
+    batch_ramp: BatchRamp | None = None  # smaller global batches in the first steps (train.batch_ramp_start)
 
     def __post_init__(self) -> None:
         if self.steps == 0:
@@ -103,33 +141,54 @@ class EpochPlan:
 
     def _position(self, consumed_samples: int) -> tuple[int, int]:
         epoch, offset = divmod(consumed_samples, self.samples)
-        if offset % self.geometry.global_batch_size:
+        if self.batch_ramp is not None:
+            if offset % self.batch_ramp.unit:
+                raise ConfigError(f"cannot resume from consumed_samples={consumed_samples}: not at a step boundary of "
+                                  f"the batch-size ramp (multiples of {self.batch_ramp.unit}); keep the train.batch_ramp_* "
+                                  "keys, `train.micro_batch_size`, the world size and the training data when resuming")
+        elif offset % self.geometry.global_batch_size:
             raise ConfigError(f"cannot resume from consumed_samples={consumed_samples}: not at a step boundary of "
                               f"global batch size {self.geometry.global_batch_size} over {self.samples} samples per "
                               "epoch; keep `train.global_batch_size` and the training data when resuming")
         return epoch, offset
 
-    def step_at(self, consumed_samples: int) -> StepShape:
-        """The shape of the step that starts after `consumed_samples`."""
-        _, offset = self._position(consumed_samples)
-        if offset < self.full_steps * self.geometry.global_batch_size:
-            return StepShape(self.geometry.accumulation_steps, self.geometry.global_batch_size)
-        rank_share = self.remainder // self.geometry.world_size
-        return StepShape(math.ceil(rank_share / self.geometry.micro_batch_size), self.remainder)
+    def _shape(self, offset: int, step: int) -> StepShape:
+        """Step `step`, starting at `offset` in its epoch: the step's batch size, or what is left of the epoch
+        (fine-tuning's smaller last step; with a ramp, any step that reaches the end of an epoch)."""
+        batch = self.batch_ramp.size_at(step) if self.batch_ramp is not None else self.geometry.global_batch_size
+        samples = min(batch, self.samples - offset)
+        rank_share = samples // self.geometry.world_size
+        return StepShape(math.ceil(rank_share / self.geometry.micro_batch_size), samples)
 
-    def micro_batch_indices(self, *, seed: int, consumed_samples: int = 0,
-                            shuffle: bool = True) -> Iterator[tuple[int, np.ndarray]]:
-        """(epoch, sample indices) of this rank's micro-batches, forever, from `consumed_samples` on."""
-        geometry, global_batch = self.geometry, self.geometry.global_batch_size
+    def step_at(self, consumed_samples: int, step: int = 0) -> StepShape:
+        """The shape of step `step` (which matters only under a batch ramp), starting after `consumed_samples`."""
+        _, offset = self._position(consumed_samples)
+        return self._shape(offset, step)
+
+    def steps_from(self, *, seed: int, consumed_samples: int = 0, step: int = 0,
+                   shuffle: bool = True) -> Iterator[PlannedStep]:
+        """This rank's share of every optimizer step, forever, from step `step` after `consumed_samples` on."""
+        geometry = self.geometry
         epoch, offset = self._position(consumed_samples)
         while True:
             order = epoch_order(self.num_samples, seed, epoch, shuffle)
-            for start in range(offset, self.samples, global_batch):
-                step = self.step_at(start)
-                rank_share = step.samples // geometry.world_size
-                first = start + geometry.rank * rank_share
+            while offset < self.samples:
+                shape = self._shape(offset, step)
+                rank_share = shape.samples // geometry.world_size
+                first = offset + geometry.rank * rank_share
                 # near-equal pieces: a full step splits into micro_batch_size pieces exactly
-                yield from ((epoch, piece) for piece in np.array_split(order[first: first + rank_share],
-                                                                       step.micro_batches))
+                yield PlannedStep(step, epoch, np.array_split(order[first: first + rank_share], shape.micro_batches))
+                offset += shape.samples
+                step += 1
             epoch, offset = epoch + 1, 0
+
+    def with_batch_ramp(self, ramp: BatchRamp) -> EpochPlan:
+        """This plan with steps that grow from `ramp.start` samples to the global batch size."""
+        return replace(self, batch_ramp=ramp)
+
+    def micro_batch_indices(self, *, seed: int, consumed_samples: int = 0, step: int = 0,
+                            shuffle: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+        """(epoch, sample indices) of this rank's micro-batches, forever, from step `step` after `consumed_samples`."""
+        for planned in self.steps_from(seed=seed, consumed_samples=consumed_samples, step=step, shuffle=shuffle):
+            yield from ((planned.epoch, piece) for piece in planned.micro_batches)
 

@@ -15,6 +15,7 @@ from torch import nn
 
 from bertforge.batch import model_inputs
 from bertforge.console import log
+from bertforge.data.curriculum import DataCurriculum
 from bertforge.data.masking import MaskingSettings
 from bertforge.data.pretraining_loader import PretrainingLoader, build_eval_loader
 from bertforge.data.sampler import BatchGeometry
@@ -39,6 +40,9 @@ class PretrainTask(Task):
             raise ConfigError(f"`data.seq_len` is {data.seq_len} but {data.path} was prepared with --seq-len "
                               f"{train.seq_len}; set data.seq_len={train.seq_len} or prepare the data again")
         self.nsp = train.has_pairs
+        if self.nsp and data.seq_len_schedule:
+            raise ConfigError(f"`data.seq_len_schedule` cuts samples, and {data.path} holds NSP pairs, whose second segment "
+                              "a cut would lose; prepare the data without --nsp, or remove data.seq_len_schedule")
         self.tokenizer_dir = train.tokenizer_path
         tokenizer = load_tokenizer(self.tokenizer_dir)
         self._check_tokenizer(tokenizer.fingerprint, train.manifest["tokenizer"]["fingerprint"])
@@ -49,7 +53,8 @@ class PretrainTask(Task):
         seed, workers = self.config.run.seed, data.num_workers
 
         def train_loader(geometry: BatchGeometry) -> PretrainingLoader:
-            return PretrainingLoader(train, geometry, seed=seed, num_workers=workers, masking=masking)
+            return PretrainingLoader(train, geometry, seed=seed, num_workers=workers, masking=masking,
+                                     curriculum=DataCurriculum.from_config(data))
 
         validation_batches = None
         if "validation" in train.manifest["splits"] and train.manifest["splits"]["validation"]["samples"] > 0:

@@ -11,7 +11,8 @@ either the previous complete checkpoint or the new one, never a half-written one
 auto` would pick. Under FSDP2 the model and optimizer are sharded states written by
 `torch.distributed.checkpoint` (DCP), which is what resume reads, and `model/` is written from the
 gathered full weights; otherwise rank 0 writes full states (ZeRO-1 first consolidates the sharded
-optimizer state on rank 0).
+optimizer state on rank 0). With `train.ema` the moving average of the weights is saved beside them
+(`ema.safetensors`) and restored with them.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.console import log
 from bertforge.disk import DiskWriteError, disk_write
 from bertforge.errors import BertforgeError
 from bertforge.locate import CHECKPOINT_MODEL, LEGACY_CHECKPOINT_WEIGHTS
 from bertforge.models.serialization import WEIGHTS_NAME, load_weights_into
+from bertforge.train.averaging import EMA_FILE, WeightEMA
 from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d{8})$")
@@ -98,10 +101,12 @@ ModelWriter = Callable[[nn.Module, Path], None]
 
 
 class CheckpointManager:
-    def __init__(self, run_dir: Path, env: DistEnv, keep_last: int, write_model: ModelWriter | None = None) -> None:
+    def __init__(self, run_dir: Path, env: DistEnv, keep_last: int, write_model: ModelWriter | None = None,
+                 ema: WeightEMA | None = None) -> None:
         self.directory = run_dir / "checkpoints"
         self.env, self.keep_last = env, keep_last
         self.write_model = write_model  # None: the model is saved as a plain state dict
+        self.ema = ema  # the moving average of the weights (train.ema), saved and restored with them
 
     # --- discovery ------------------------------------------------------------------------------
 
@@ -175,6 +180,8 @@ class CheckpointManager:
         def tensors_and_rng() -> None:
             self._save_tensors(model, optimizer, temporary)
             torch.save(rng_state(), temporary / f"rng-rank{self.env.rank}.pt")
+            if self.ema is not None and self.env.is_main:  # the same average on every rank
+                self.ema.save(temporary / EMA_FILE)
 
         def scaler_and_meta() -> None:
             if scaler is not None:
@@ -259,10 +266,21 @@ class CheckpointManager:
                 optimizer.load_state_dict(optimizer_state)
         if scaler is not None and (path / "scaler.pt").is_file():
             scaler.load_state_dict(torch.load(path / "scaler.pt", weights_only=True))
+        if self.ema is not None:
+            self._load_ema(path, model)
         rng_file = path / f"rng-rank{self.env.rank}.pt"
         if rng_file.is_file() and saved_world == self.env.world_size:
             set_rng_state(torch.load(rng_file, weights_only=False))
         return TrainingState(**meta)
+
+    def _load_ema(self, path: Path, model: nn.Module) -> None:
+        assert self.ema is not None
+        if (path / EMA_FILE).is_file():
+            self.ema.load(path / EMA_FILE)
+            return
+        log.warning(f"{path} holds no moving average of the weights (train.ema was off when it was written); the "
+                    "average starts again from its weights")
+        self.ema.shadow = WeightEMA(unwrap(model), self.ema.decay).shadow
 
     def load_weights(self, path: Path, model: nn.Module) -> None:
         """Only the model weights of a checkpoint (e.g. the best one, at the end of fine-tuning)."""

@@ -17,13 +17,14 @@ from bertforge.processes import die_with_parent
 class _IndexBatches:
     """The sampler as a DataLoader batch sampler; epoch-aware datasets receive (epoch, index)."""
 
-    def __init__(self, plan: EpochPlan, seed: int, consumed_samples: int, shuffle: bool, epoch_aware: bool) -> None:
-        self.plan, self.seed, self.consumed_samples = plan, seed, consumed_samples
+    def __init__(self, plan: EpochPlan, seed: int, consumed_samples: int, step: int, shuffle: bool,
+                 epoch_aware: bool) -> None:
+        self.plan, self.seed, self.consumed_samples, self.step = plan, seed, consumed_samples, step
         self.shuffle, self.epoch_aware = shuffle, epoch_aware
 
     def __iter__(self) -> Iterator[list[Any]]:
         for epoch, indices in self.plan.micro_batch_indices(seed=self.seed, consumed_samples=self.consumed_samples,
-                                                            shuffle=self.shuffle):
+                                                            step=self.step, shuffle=self.shuffle):
             yield [(epoch, int(i)) for i in indices] if self.epoch_aware else [int(i) for i in indices]
 
 
@@ -39,8 +40,10 @@ class MapStyleLoader:
         self.seed, self.num_workers, self.shuffle = seed, num_workers, shuffle
         self.plan = EpochPlan(len(dataset), geometry, keep_partial_batch=True)  # type: ignore[arg-type]
 
-    def iterate(self, consumed_samples: int) -> Iterator[dict[str, Any]]:
-        batches = _IndexBatches(self.plan, self.seed, consumed_samples, self.shuffle,
+    def iterate(self, consumed_samples: int, *, step: int = 0, total_steps: int | None = None) -> Iterator[dict[str, Any]]:
+        """The batches from step `step` (after `consumed_samples`) on (the step matters under a batch ramp);
+        `total_steps` is for loaders whose data changes with the step, which this one does not."""
+        batches = _IndexBatches(self.plan, self.seed, consumed_samples, step, self.shuffle,
                                 epoch_aware=bool(getattr(self.dataset, "epoch_aware", False)))
         # a private generator: DataLoader draws worker seeds from it, and drawing them from the
         # global RNG would shift dropout after a resume and break bitwise-exact resumption

@@ -109,6 +109,8 @@ def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress
     """
     total_steps = max(total_steps, 1)
     fraction = min(max(step / total_steps if progress is None else progress, 0.0), 1.0)
+    if section.name == "one_cycle":
+        return _one_cycle(section, step=step, total_steps=total_steps, fraction=fraction, by_steps=progress is None)
     if section.warmup >= 1 or progress is None:
         warmup_steps = section.warmup if section.warmup >= 1 else section.warmup * total_steps
         if step < warmup_steps:
@@ -137,6 +139,21 @@ def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress
     if name == "step":
         return section.gamma ** (step // section.step_size)
     raise AssertionError(f"unhandled schedule {name}")
+
+
+def _one_cycle(section: ScheduleSection, *, step: int, total_steps: int, fraction: float, by_steps: bool) -> float:
+    """Cramming's triangle: a linear rise to the peak at `peak_at` of the run, a linear fall to `min_lr_ratio`.
+
+    Both legs follow the same progress: steps, or elapsed time under a wall-clock budget (Cramming's
+    "budget" schedules). Counted in steps, the rise is warmup's `(step + 1) / (peak_steps + 1)`, so the
+    first step does not run at a learning rate of 0.
+    """
+    peak, floor = section.peak_at, section.min_lr_ratio
+    if by_steps and step < peak * total_steps:
+        return (step + 1) / (peak * total_steps + 1)
+    if not by_steps and fraction < peak:
+        return fraction / peak
+    return floor + (1.0 - floor) * max(1.0 - (fraction - peak) / (1.0 - peak), 0.0)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, peak_lr: float, factor: float) -> float:

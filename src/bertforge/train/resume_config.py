@@ -25,6 +25,7 @@ MAY_CHANGE = ("run.resume", "run.device", "run.output_dir", "optim.lr", "optim.c
               "train.max_steps", "train.max_epochs", "train.max_tokens", "train.max_time_minutes",
               "train.eval_every", "train.log_every", "train.checkpoint_every", "train.keep_last",
               "train.early_stopping_patience", "train.nan_policy", "train.best_metric", "train.best_mode",
+              "train.average_last_k",
               "data.num_workers", "data.validation_samples", "data.verify_checksums", "data.cache_dir",
               "finetune.validation_file", "finetune.test_file", "dist.activation_checkpointing", "dist.compile",
               "log.", "glue.")  # glue.* chooses the jobs of `bertforge glue`, not how one of them trains

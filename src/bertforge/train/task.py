@@ -23,15 +23,19 @@ Batch = dict[str, Any]
 
 
 class ResumableLoader(Protocol):
-    """Micro-batches for one rank, epoch after epoch, starting after `consumed_samples`.
+    """Micro-batches for one rank, epoch after epoch, starting at step `step` after `consumed_samples`.
 
-    `plan` says how an epoch is cut into steps; the trainer reads `plan.step_at(consumed)` to know
-    how many micro-batches make the next step and how many samples it consumes.
+    `plan` says how an epoch is cut into steps; the trainer reads `plan.step_at(consumed, step)` to
+    know how many micro-batches make the next step and how many samples it consumes, and replaces
+    `plan` with one that ramps the batch size (`EpochPlan.with_batch_ramp`) before it calls `iterate`
+    when `train.batch_ramp_start` is set, so `iterate` must read `self.plan` then. `step` and
+    `total_steps` (None under a wall-clock-only budget) are the progress that data which changes
+    over the run (a mask-rate schedule) follows, the same the learning-rate schedule follows.
     """
 
     plan: EpochPlan
 
-    def iterate(self, consumed_samples: int) -> Iterator[Batch]: ...
+    def iterate(self, consumed_samples: int, *, step: int = 0, total_steps: int | None = None) -> Iterator[Batch]: ...
 
 
 @dataclass

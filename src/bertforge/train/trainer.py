@@ -25,11 +25,12 @@ from torch import nn
 
 from bertforge.config import Config, save_config
 from bertforge.console import log
-from bertforge.data.sampler import BatchGeometry
+from bertforge.data.sampler import BatchGeometry, BatchRamp
 from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
 from bertforge.train import distributed as D
+from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
 from bertforge.train.logging import MetricsLogger, TrainingProgress
 from bertforge.train.map_style import MapStyleLoader, iterate_once
@@ -119,13 +120,18 @@ class Trainer:
         self.model = D.parallelize(model, self.layers, config.dist, self.env, self.device,
                                    self.precision.fsdp_param_dtype)
         self.raw_model = model
+        if (config.train.ema is not None or config.train.average_last_k is not None) and D.is_fsdp(self.model):
+            raise ConfigError("train.ema and train.average_last_k average whole weights, which FSDP shards over the "
+                              "ranks; use dist.strategy=ddp or zero1 with them")
+        self.ema = WeightEMA(model, config.train.ema) if config.train.ema is not None else None
         torch.manual_seed(config.run.seed + 1000 * self.env.rank)  # dropout differs across ranks
         self.optimizer = self._build_optimizer(model)
         self.scaler = self.precision.grad_scaler(self.device)
         self.train_loader = self._train_loader()
         self._unsharded_copy: nn.Module | None = None
         self.checkpoints = CheckpointManager(self.run_dir, self.env, config.train.keep_last,
-                                             self._write_model_directory if saves_model_directories(self.task) else None)
+                                             self._write_model_directory if saves_model_directories(self.task) else None,
+                                             ema=self.ema)
         self.metrics = MetricsLogger(self.run_dir, config, enabled=self.env.is_main)
 
     def _build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
@@ -176,6 +182,20 @@ class Trainer:
             raise ConfigError("no training budget: set one of train.max_steps, train.max_epochs, "
                               "train.max_tokens or train.max_time_minutes")
         return min(candidates) if candidates else None
+
+    def _apply_batch_ramp(self, total_steps: int | None) -> None:
+        """train.batch_ramp_start: the loader's plan gets smaller steps at first (Cramming's batch-size warm-up),
+        a function of the step, so the trainer and the loader agree on every step's shape and resume stays exact."""
+        train = self.config.train
+        if train.batch_ramp_start is None:
+            return
+        if total_steps is None:
+            raise ConfigError("train.batch_ramp_start grows the batch over a fraction of the steps, but the run has only "
+                              "a wall-clock budget; set train.max_steps (or train.max_epochs / train.max_tokens) as well")
+        ramp = BatchRamp(train.batch_ramp_start, train.global_batch_size, math.ceil(train.batch_ramp_fraction * total_steps),
+                         train.micro_batch_size * self.env.world_size)
+        self.train_loader.plan = self.train_loader.plan.with_batch_ramp(ramp)
+        log.info(f"global batch ramps from {ramp.start} to {ramp.full} samples over the first {ramp.steps} steps")
 
     def _budget_spent(self, state: TrainingState, total_steps: int | None) -> bool:
         train = self.config.train
@@ -281,8 +301,9 @@ class Trainer:
         config = self.config
         state = self._resume()
         total_steps = self._total_steps()
+        self._apply_batch_ramp(total_steps)
         validation = self._validation_batches()
-        batches = self.train_loader.iterate(state.consumed_samples)
+        batches = self.train_loader.iterate(state.consumed_samples, step=state.step, total_steps=total_steps)
         flops_per_token = self.task.flops_per_token(self.raw_model)
         self._install_signal_handlers()
         stopped_by = "early_stopping" if self._patience_spent(state) else "budget"
@@ -295,7 +316,7 @@ class Trainer:
             progress.update(state.step, {})
             while stopped_by == "budget" and not self._budget_spent(state, total_steps):
                 started = time.perf_counter()
-                shape = self.train_loader.plan.step_at(state.consumed_samples)
+                shape = self.train_loader.plan.step_at(state.consumed_samples, state.step)
                 loss, metrics, tokens, non_finite = self._train_step(batches, shape.micro_batches, state, total_steps)
                 stop_requested = D.any_rank(self._stop_signal is not None, self.env, self.device)
                 state.step += 1
@@ -397,6 +418,8 @@ class Trainer:
                     self.scaler.update()
                 else:
                     self.optimizer.step()
+                if self.ema is not None:
+                    self.ema.update(self.raw_model)
         self.optimizer.zero_grad(set_to_none=True)
         return global_loss, step_metrics, int(token_sum), non_finite
 
@@ -467,8 +490,10 @@ class Trainer:
         return better
 
     def _finish(self, state: TrainingState) -> None:
-        """Reload the best checkpoint when one is tracked, then write `final/` in HF format."""
+        """Put the weights `final/` should hold into the model (the best checkpoint's, the moving average, the
+        mean of the last checkpoints, or else the last weights), then write `final/` in HF format."""
         best_marker = self.checkpoints.directory / "best"
+        origin = self._final_weights(state)
         if self.config.train.best_metric and best_marker.is_file():
             best = self.checkpoints.directory / best_marker.read_text(encoding="utf-8").strip()
             self.checkpoints.load_weights(best, self.model)
@@ -476,8 +501,28 @@ class Trainer:
         full_state = _full_state_dict(self.model)
         if self.env.is_main:
             self.task.save_final(self._unsharded(full_state), self.run_dir / "final")
+            if origin is not None:
+                write_origin(self.run_dir / "final", origin)
             log.info(f"final model written to {self.run_dir / 'final'}")
         D.barrier(self.env)
+
+    def _final_weights(self, state: TrainingState) -> dict[str, Any] | None:
+        """With train.ema or train.average_last_k, load the averaged weights into the model and say what they are."""
+        train = self.config.train
+        if self.ema is not None:
+            self.ema.copy_to(self.raw_model)
+            log.info(f"final/ holds the moving average of the weights (train.ema = {train.ema}, {state.step} steps)")
+            return {"weights": "ema", "ema_decay": train.ema, "steps": state.step}
+        if train.average_last_k is not None:
+            checkpoints = self.checkpoints.complete_checkpoints()[-train.average_last_k:]
+            average_checkpoints(self.raw_model, checkpoints, self.checkpoints.load_weights)
+            names = [path.name for path in checkpoints]
+            if len(checkpoints) < train.average_last_k:
+                log.warning(f"train.average_last_k is {train.average_last_k} but the run has only {len(checkpoints)} "
+                            "checkpoints; final/ averages those")
+            log.info(f"final/ holds the mean weights of {', '.join(names)}")
+            return {"weights": "average_of_checkpoints", "checkpoints": names}
+        return None
 
     def _write_model_directory(self, model: nn.Module, directory: Path) -> None:
         """A checkpoint's model directory (`Task.save_model`); every rank calls it, rank 0 writes."""
