@@ -321,7 +321,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EVERY_SWITCH = ["data.mask_schedule=cosine", "data.mask_prob_start=0.4", "train.global_batch_size=32",
                 "train.batch_ramp_start=8", "train.batch_ramp_fraction=0.5", "data.seq_len_schedule=[{seq_len: 32, until: 0.5}]",
                 "train.ema=0.7", "schedule.name=one_cycle", "schedule.peak_at=0.25", "train.checkpoint_every=2",
-                "train.max_steps=8", "data.num_workers=1"]
+                "optim.name=stable_adamw", "train.max_steps=8", "data.num_workers=1"]
 
 # trains in a child process that kills itself (SIGKILL: no handler, no checkpoint) at training micro-batch argv[2]
 KILLED_AT = """

@@ -50,7 +50,7 @@ def check_range(key: str, value: float | int | None, *, low: float | None = None
 # sections
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-OPTIMIZERS = ("adamw", "lamb", "adadelta", "sgd")
+OPTIMIZERS = ("adamw", "lamb", "adadelta", "sgd", "stable_adamw")
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "wsd", "step", "one_cycle")
 STRATEGIES = ("none", "ddp", "zero1", "fsdp")
 NAN_POLICIES = ("skip", "stop", "rollback")
@@ -216,7 +216,7 @@ class GlueSection:
 
 @dataclass
 class OptimSection:
-    name: str = "adamw"  # adamw | lamb | adadelta | sgd
+    name: str = "adamw"  # adamw | lamb | adadelta | sgd | stable_adamw (AdamW with per-tensor update clipping, ModernBERT's)
     lr: float = 5e-4  # peak learning rate (pre-training; `bertforge finetune` starts from 5e-5: finetune_defaults)
     weight_decay: float = 0.01  # decoupled; never applied to biases, norms or embeddings' norms
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam/LAMB betas (fine-tuning: 0.9/0.999)
