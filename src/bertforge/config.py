@@ -306,7 +306,7 @@ class TrainSection:
                                            ("train.best_metric", self.best_metric)) if value is not None]
         if len(choosers) > 1:
             raise ConfigError(f"config keys `{choosers[0]}` and `{choosers[1]}` both choose the weights of final/; "
-                              "set only one of them")
+                              f"set only one of them, e.g. {choosers[1]}=null")
         if self.average_last_k is None:
             return
         if self.checkpoint_every is None:
@@ -437,6 +437,9 @@ def _friendly(error: OmegaConfBaseException, source: str, layer: Any = None) -> 
             return ConfigError(f"config key `{key}` in {source} has moved to `{moved}`; use that key instead")
         if key in REMOVED_KEYS:
             return ConfigError(f"config key `{key}` in {source} was removed ({REMOVED_KEYS[key]}); delete it")
+        if ":" in key:  # `{seq_len:64}` is one key to YAML's flow syntax; `{seq_len: 64}` is a key and a value
+            return ConfigError(f"`{key}` in {source} is read as one key; write a space after each colon, "
+                               "e.g. [{seq_len: 128, until: 0.9}]")
         suggestion = _closest_key(key)
         hint = f" — did you mean `{suggestion}`?" if suggestion else " — run with --print-config to see all keys"
         return ConfigError(f"unknown key `{key}` in {source}{hint}")
