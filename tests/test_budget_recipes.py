@@ -222,7 +222,8 @@ def test_weight_averaging_keys_are_checked() -> None:
              ("train.average_last_k=1",): r"config key `train.average_last_k` is 1; it must be in \[2",
              ("train.ema=0.99", "train.average_last_k=2", "train.checkpoint_every=5"):
                  r"`train.ema` and `train.average_last_k` both choose the weights of final/",
-             ("train.ema=0.99", "train.best_metric=loss"): r"`train.ema` and `train.best_metric` both choose",
+             ("train.ema=0.99", "train.best_metric=loss"):
+                 r"`train.ema` and `train.best_metric` both choose .*; set only one of them, e.g. train.best_metric=null",
              ("train.average_last_k=3",): r"`train.checkpoint_every` is not set",
              ("train.average_last_k=3", "train.checkpoint_every=5"): r"`train.keep_last` is 2: the older checkpoints"}
     for overrides, message in cases.items():
@@ -301,6 +302,8 @@ def test_a_sequence_length_schedule_is_checked(prepared_corpus: Path, tmp_path: 
     for value, message in cases.items():
         with pytest.raises(ConfigError, match=message):
             load_config(None, ["data.seq_len=64", f"data.seq_len_schedule={value}"])
+    with pytest.raises(ConfigError, match=r"`seq_len:16` in override .* is read as one key; write a space after each "):
+        load_config(None, ["data.seq_len=64", "data.seq_len_schedule=[{seq_len:16,until:0.5}]"])
     with pytest.raises(ConfigError, match=r"data.seq_len_schedule follows the step count"):
         DataCurriculum(seq_len_phases=((16, 0.5),)).check_budget(None)
     config = run_config(prepared_corpus, tmp_path / "nsp", "train.max_steps=2", "data.seq_len=128",
@@ -321,7 +324,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EVERY_SWITCH = ["data.mask_schedule=cosine", "data.mask_prob_start=0.4", "train.global_batch_size=32",
                 "train.batch_ramp_start=8", "train.batch_ramp_fraction=0.5", "data.seq_len_schedule=[{seq_len: 32, until: 0.5}]",
                 "train.ema=0.7", "schedule.name=one_cycle", "schedule.peak_at=0.25", "train.checkpoint_every=2",
-                "train.max_steps=8", "data.num_workers=1"]
+                "optim.name=stable_adamw", "train.max_steps=8", "data.num_workers=1"]
 
 # trains in a child process that kills itself (SIGKILL: no handler, no checkpoint) at training micro-batch argv[2]
 KILLED_AT = """

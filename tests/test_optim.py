@@ -7,6 +7,7 @@ import torch
 
 from bertforge.config import OptimSection, ScheduleSection
 from bertforge.train.optim import Lamb, build_optimizer, default_parameter_groups, lr_factor
+from bertforge.train.stable_adamw import StableAdamW
 
 
 def factors(name: str, total: int = 100, **fields: float) -> list[float]:
@@ -74,12 +75,12 @@ def test_no_weight_decay_on_biases_and_norms() -> None:
     assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
 
 
-@pytest.mark.parametrize("name", ["adamw", "lamb", "adadelta", "sgd"])
+@pytest.mark.parametrize("name", ["adamw", "lamb", "adadelta", "sgd", "stable_adamw"])
 def test_every_optimizer_reduces_a_least_squares_loss(name: str) -> None:
     torch.manual_seed(0)
     weights = torch.nn.Parameter(torch.randn(8, 1))
     inputs, targets = torch.randn(64, 8), torch.randn(64, 1)
-    lr = {"adamw": 0.05, "lamb": 0.05, "adadelta": 20.0, "sgd": 0.05}[name]
+    lr = {"adamw": 0.05, "lamb": 0.05, "adadelta": 20.0, "sgd": 0.05, "stable_adamw": 0.05}[name]
     optimizer = build_optimizer(OptimSection(name=name, lr=lr, momentum=0.9), [{"params": [weights],
                                                                                 "weight_decay": 0.0}],
                                 torch.device("cpu"))
@@ -100,3 +101,39 @@ def test_lamb_scales_each_update_by_the_trust_ratio() -> None:
     optimizer.step()
     # first Adam update is sign(grad); trust ratio ||w|| / ||update|| = 4 / 2 = 2
     assert weights.detach() == pytest.approx(torch.tensor([1.8, 2.2, 1.8, 2.2]), abs=1e-5)
+
+
+def test_stable_adamw_without_a_gradient_spike_steps_as_adamw() -> None:
+    """A steady gradient keeps RMS = sqrt(mean(g^2 / u)) at 1: no clipping, and the debiased moments are Adam's."""
+    torch.manual_seed(0)
+    start, gradient = torch.randn(6, 3), torch.randn(6, 3)
+    stable, reference = (torch.nn.Parameter(start.clone()) for _ in range(2))
+    options = {"lr": 0.01, "betas": (0.9, 0.98), "eps": 1e-6, "weight_decay": 0.1}
+    optimizers = [StableAdamW([stable], **options), torch.optim.AdamW([reference], foreach=False, **options)]
+    for _ in range(5):
+        for parameter, optimizer in zip((stable, reference), optimizers, strict=True):
+            parameter.grad = gradient.clone()
+            optimizer.step()
+    torch.testing.assert_close(stable.detach(), reference.detach(), rtol=1e-5, atol=1e-7)
+
+
+def test_stable_adamw_divides_a_spiking_tensors_step_by_its_update_rms() -> None:
+    """Step 2's gradient is 10x step 1's: computed by hand (in float64) from the paper's algorithm."""
+    lr, beta1, beta2, eps, decay = 0.1, 0.9, 0.99, 1e-6, 0.01
+    gradients = [torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.tensor([10.0, -20.0, 5.0], dtype=torch.float64)]
+    weights = torch.nn.Parameter(torch.tensor([0.3, -0.1, 0.7], dtype=torch.float64))
+    expected = weights.detach().clone()
+    optimizer = StableAdamW([weights], lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=decay)
+    m = v = torch.zeros(3, dtype=torch.float64)
+    scales = []
+    for t, g in enumerate(gradients, start=1):
+        b1 = beta1 * (1 - beta1 ** (t - 1)) / (1 - beta1 ** t)
+        b2 = beta2 * (1 - beta2 ** (t - 1)) / (1 - beta2 ** t)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        rms = float((g * g / v).mean().sqrt())
+        scales.append(1 / max(1.0, rms))
+        expected = expected * (1 - lr * decay) - lr * scales[-1] * m / (v.sqrt() + eps)
+        weights.grad = g
+        optimizer.step()
+    assert scales[0] == pytest.approx(1.0) and scales[1] == pytest.approx((50.75 / 100) ** 0.5, rel=1e-3)
+    torch.testing.assert_close(weights.detach(), expected, rtol=1e-12, atol=1e-12)

@@ -50,7 +50,7 @@ def check_range(key: str, value: float | int | None, *, low: float | None = None
 # sections
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-OPTIMIZERS = ("adamw", "lamb", "adadelta", "sgd")
+OPTIMIZERS = ("adamw", "lamb", "adadelta", "sgd", "stable_adamw")
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt", "wsd", "step", "one_cycle")
 STRATEGIES = ("none", "ddp", "zero1", "fsdp")
 NAN_POLICIES = ("skip", "stop", "rollback")
@@ -223,7 +223,7 @@ class GlueSection:
 
 @dataclass
 class OptimSection:
-    name: str = "adamw"  # adamw | lamb | adadelta | sgd
+    name: str = "adamw"  # adamw | lamb | adadelta | sgd | stable_adamw (AdamW with per-tensor update clipping, ModernBERT's)
     lr: float = 5e-4  # peak learning rate (pre-training; `bertforge finetune` starts from 5e-5: finetune_defaults)
     weight_decay: float = 0.01  # decoupled; never applied to biases, norms or embeddings' norms
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam/LAMB betas (fine-tuning: 0.9/0.999)
@@ -313,7 +313,7 @@ class TrainSection:
                                            ("train.best_metric", self.best_metric)) if value is not None]
         if len(choosers) > 1:
             raise ConfigError(f"config keys `{choosers[0]}` and `{choosers[1]}` both choose the weights of final/; "
-                              "set only one of them")
+                              f"set only one of them, e.g. {choosers[1]}=null")
         if self.average_last_k is None:
             return
         if self.checkpoint_every is None:
@@ -445,6 +445,9 @@ def _friendly(error: OmegaConfBaseException, source: str, layer: Any = None) -> 
             return ConfigError(f"config key `{key}` in {source} has moved to `{moved}`; use that key instead")
         if key in REMOVED_KEYS:
             return ConfigError(f"config key `{key}` in {source} was removed ({REMOVED_KEYS[key]}); delete it")
+        if ":" in key:  # `{seq_len:64}` is one key to YAML's flow syntax; `{seq_len: 64}` is a key and a value
+            return ConfigError(f"`{key}` in {source} is read as one key; write a space after each colon, "
+                               "e.g. [{seq_len: 128, until: 0.9}]")
         suggestion = _closest_key(key)
         hint = f" — did you mean `{suggestion}`?" if suggestion else " — run with --print-config to see all keys"
         return ConfigError(f"unknown key `{key}` in {source}{hint}")

@@ -82,7 +82,7 @@ class TrainSampler:
         self.curriculum, self.total_steps = curriculum or DataCurriculum(), total_steps
         self.curriculum.check_budget(total_steps)
         # fail at construction (not at the first batch) on a bad geometry or resume point
-        next(self.plan.micro_batch_indices(seed=seed, consumed_samples=consumed_samples))
+        next(self.plan.micro_batch_indices(seed=seed, consumed_samples=consumed_samples, step=step))
 
     def __iter__(self) -> Iterator[MicroBatch]:
         varies = self.curriculum.follows_steps

@@ -6,7 +6,8 @@ budgets (Cramming keys the schedule to elapsed time), and resuming needs no sche
 beyond the step count and elapsed time the trainer checkpoints anyway.
 
 LAMB is written here because torch has none; it follows You et al. (2020), Algorithm 2, with
-decoupled weight decay inside the trust ratio as in NVIDIA's implementation.
+decoupled weight decay inside the trust ratio as in NVIDIA's implementation. StableAdamW (torch
+has none either) is in `stable_adamw.py`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from bertforge.config import OptimSection, ScheduleSection
+from bertforge.train.stable_adamw import StableAdamW
 
 NO_DECAY_HINTS = ("bias", "norm", "layernorm", "layer_norm", "ln_")
 
@@ -88,6 +90,8 @@ def optimizer_class_and_options(section: OptimSection, device: torch.device) -> 
                                    "fused": device.type in ("cuda", "cpu")}
     if section.name == "lamb":
         return Lamb, {"lr": section.lr, "betas": betas, "eps": section.eps}
+    if section.name == "stable_adamw":
+        return StableAdamW, {"lr": section.lr, "betas": betas, "eps": section.eps}
     if section.name == "adadelta":
         return torch.optim.Adadelta, {"lr": section.lr, "eps": section.eps}
     if section.name == "sgd":
