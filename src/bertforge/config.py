@@ -57,7 +57,7 @@ NAN_POLICIES = ("skip", "stop", "rollback")
 POSITIONS = ("learned", "rope", "alibi")
 MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
-ATTENTION_BACKENDS = ("auto", "flash", "sdpa", "eager")
+ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "cls", "mean")
 TASK_TYPES = ("classification", "regression", "token_classification")
 
