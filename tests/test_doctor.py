@@ -45,6 +45,20 @@ def test_peak_tflops_overrides_the_measured_peak(capsys: pytest.CaptureFixture[s
     assert training["mfu"] == pytest.approx(training["tokens_per_second"] * training["flops_per_token"] / 2e12)
 
 
+def test_gpu_peaks_come_from_the_table_by_name_in_half_precision_only() -> None:
+    """The GPU side of MFU, as pure functions of the device name (this machine has no GPU)."""
+    from bertforge.doctor import gpu_peak_with_source
+    from bertforge.train.precision import gpu_peak_flops
+
+    assert gpu_peak_flops("NVIDIA H100 80GB HBM3", "bf16") == 989e12
+    assert gpu_peak_flops("NVIDIA A100-SXM4-40GB", "fp16") == 312e12
+    assert gpu_peak_flops("NVIDIA A100-SXM4-40GB", "fp32") is None
+    assert gpu_peak_flops("NVIDIA GeForce GTX 1080", "bf16") is None
+    assert gpu_peak_with_source("NVIDIA GeForce GTX 1080", "bf16") == (
+        None, "NVIDIA GeForce GTX 1080 is not in the table: give --peak-tflops")
+    assert gpu_peak_with_source("NVIDIA H100 80GB HBM3", "fp32")[1].endswith("give --peak-tflops")
+
+
 def test_a_failed_backend_check_exits_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A zero tolerance: SDPA's real rounding differences from the eager reference fail the check."""
     monkeypatch.setitem(bertforge.doctor.TOLERANCES, "fp32", 0.0)

@@ -30,7 +30,7 @@ from bertforge.models.attention_backends import (
     choose_backend,
 )
 from bertforge.tasks.pretrain import pretraining_flops_per_token
-from bertforge.train.precision import GPU_PEAK_FLOPS, Precision, measured_cpu_peak, resolve_precision
+from bertforge.train.precision import Precision, gpu_peak_flops, measured_cpu_peak, resolve_precision
 
 BACKENDS = ("varlen", "flash", "sdpa", "eager")
 # max |backend - eager fp32| / max |eager fp32|, outputs and input gradients: the inputs' rounding to
@@ -211,13 +211,17 @@ def peak_flops(device: torch.device, precision: Precision, override_tflops: floa
         return override_tflops * 1e12, "--peak-tflops"
     if device.type == "cpu":
         return measured_cpu_peak(precision.dtype), f"measured {precision.name} matmul"
-    name = torch.cuda.get_device_name(device)
-    if precision.name == "fp32":
-        return None, f"unknown for fp32 on {name}: give --peak-tflops"
-    for key, peak in GPU_PEAK_FLOPS.items():
-        if key in name:
-            return peak, f"table: {key} dense bf16/fp16"
-    return None, f"{name} is not in the table: give --peak-tflops"
+    return gpu_peak_with_source(torch.cuda.get_device_name(device), precision.name)
+
+
+def gpu_peak_with_source(gpu_name: str, precision: str) -> tuple[float | None, str]:
+    """`precision.gpu_peak_flops` and where the number comes from, in words."""
+    peak = gpu_peak_flops(gpu_name, precision)
+    if peak is not None:
+        return peak, f"table: {gpu_name}, dense bf16/fp16"
+    if precision == "fp32":
+        return None, f"unknown for fp32 on {gpu_name}: give --peak-tflops"
+    return None, f"{gpu_name} is not in the table: give --peak-tflops"
 
 
 def timed_training(preset: str, config: EncoderConfig, seq_len: int, batch_size: int, steps: int,

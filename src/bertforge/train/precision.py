@@ -43,11 +43,16 @@ class Precision:
 
     def peak_flops(self, device: torch.device) -> float | None:
         if device.type == "cuda":
-            if self.name == "fp32":
-                return None
-            gpu = torch.cuda.get_device_name(device)
-            return next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in gpu), None)
+            return gpu_peak_flops(torch.cuda.get_device_name(device), self.name)
         return measured_cpu_fp32_peak() if self.name == "fp32" else None
+
+
+def gpu_peak_flops(gpu_name: str, precision: str) -> float | None:
+    """The dense bf16/fp16 peak of a GPU named in the table; None in fp32 (TF32 peaks are another
+    table) or for a GPU not in it. A pure function of the name, so it is tested without a GPU."""
+    if precision == "fp32":
+        return None
+    return next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in gpu_name), None)
 
 
 def resolve_precision(request: str, device: torch.device, tf32: bool) -> Precision:
