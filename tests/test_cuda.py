@@ -110,4 +110,6 @@ def test_one_gpu_nccl_ddp_run() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
     assert result["backend"] == "nccl" and result["world_size"] == 1 and result["all_reduce"] == 1.0
-    assert result["ddp"] == result["plain"]
+    # one rank averages with nobody: equal but for the GPU kernels' own run-to-run differences (atomic
+    # adds in attention backward), hence a tolerance rather than bitwise
+    assert result["ddp"] == pytest.approx(result["plain"], rel=1e-4)

@@ -1,6 +1,6 @@
 """A torchrun worker (one process, one GPU): the tiny pre-training encoder under DDP over NCCL, bf16
 autocast, 3 AdamW steps, against the same steps without DDP. One rank has nothing to average with, so
-the losses must be equal; what this checks is that NCCL starts, DDP's gradient all-reduce runs on
+the losses must agree; what this checks is that NCCL starts, DDP's gradient all-reduce runs on
 the encoder's parameters (an unused one would make DDP raise).
 Prints one JSON line.
 """
