@@ -10,7 +10,7 @@ PIP         := $(PY) -m pip
 CONSTRAINTS := -c constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test install install-dev lint bench clean
+.PHONY: demo test test-gpu install install-dev lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ test: install-dev sample-sources
 	@BERTFORGE_STRICT_TESTS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests; the suite must never be empty"; exit 1; fi; \
 	exit $$rc
+
+# The tests marked `cuda` only (tests/test_cuda.py), on a machine with a CUDA GPU (PyPI's Linux torch
+# wheel is a CUDA build; on a machine with no GPU this stops with one line instead of skipping them all).
+test-gpu: install-dev
+	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch ' + torch.__version__ + ' sees no CUDA GPU here; run it on a GPU machine (bertforge doctor checks any machine)')"
+	BERTFORGE_STRICT_TESTS=1 $(PY) -m pytest -m cuda -rs $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check src tests benchmarks scripts

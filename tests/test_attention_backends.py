@@ -200,3 +200,12 @@ def test_the_gpu_backends_are_refused_on_a_cpu_in_one_line_at_the_first_forward(
 def test_varlen_with_alibi_is_a_config_error_naming_the_key() -> None:
     with pytest.raises(ConfigError, match="`attention_backend` is 'varlen', which has no ALiBi bias"):
         EncoderConfig(attention_backend="varlen", position="alibi")
+
+
+def test_every_backend_is_a_valid_run_config_choice() -> None:
+    """The run config and the model config accept the same backends (varlen was refused by the former)."""
+    from bertforge.config import load_config
+    from bertforge.models.config import ATTENTION_BACKENDS
+
+    for backend in ATTENTION_BACKENDS:
+        assert load_config(None, [f"model.attention_backend={backend}"]).model.attention_backend == backend

@@ -13,7 +13,7 @@ from helpers.finetuning import minilm_dir, run_cli
 
 from bertforge.config import load_config
 from bertforge.errors import BertforgeError, ConfigError, DataError
-from bertforge.tasks.glue_runner import job_config, mnli_model, plan_jobs, run_glue
+from bertforge.tasks.glue_runner import job_config, mnli_model, plan_jobs, plan_slots, run_glue
 from bertforge.tasks.glue_tasks import GLUE_TASKS
 
 
@@ -44,6 +44,17 @@ def test_every_task_gets_the_table_hyperparameters_then_the_all_and_per_task_ove
     stsb = job_config(config, jobs["stsb"], tmp_path)
     assert stsb.finetune.task_type == "regression" and stsb.run.output_dir == str(tmp_path / "stsb")
     assert stsb.run.name == "seed-19" and stsb.run.seed == 19 and stsb.model.init_from is None
+
+
+def test_jobs_get_one_gpu_each_or_a_share_of_the_cpu_cores() -> None:
+    """The GPU plan (never run on a GPU here) as a pure function of the GPU and core counts."""
+    eight_gpus = plan_slots(8, 64, None)
+    assert [slot["CUDA_VISIBLE_DEVICES"] for slot in eight_gpus] == [str(i) for i in range(8)]
+    assert {slot["OMP_NUM_THREADS"] for slot in eight_gpus} == {"8"}
+    assert [slot["CUDA_VISIBLE_DEVICES"] for slot in plan_slots(8, 64, 3)] == ["0", "1", "2"]
+    assert len(plan_slots(2, 16, 5)) == 2  # never more jobs than GPUs
+    cpu = plan_slots(0, 8, None)
+    assert len(cpu) == 4 and all("CUDA_VISIBLE_DEVICES" not in slot and slot["OMP_NUM_THREADS"] == "2" for slot in cpu)
 
 
 def test_small_tasks_run_several_seeds_and_may_start_from_the_mnli_model(tmp_path: Path) -> None:

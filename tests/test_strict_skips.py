@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 
 SKIPPING_TESTS = '''
@@ -20,6 +22,15 @@ def test_needs_onnxruntime(monkeypatch):
 
 def test_needs_something_optional():
     pytest.importorskip("a_package_make_test_does_not_install")
+'''
+
+CUDA_TEST = '''
+import pytest
+import torch
+
+@pytest.mark.cuda
+def test_on_a_gpu():
+    assert torch.cuda.is_available()
 '''
 
 
@@ -39,3 +50,17 @@ def test_a_skip_for_a_package_make_test_installs_fails_under_make_test_only(tmp_
     assert "although `make test` installs onnxruntime" in strict.stdout
     relaxed = run_pytest(tmp_path, strict=False)
     assert "2 skipped" in relaxed.stdout and relaxed.returncode == 0, relaxed.stdout
+
+
+def test_a_cuda_test_without_a_gpu_is_a_skip_with_its_reason_even_under_make_test(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: cuda tests run here instead of skipping")
+    shutil.copyfile(HERE / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_gpu.py").write_text(CUDA_TEST, encoding="utf-8")
+    strict = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
+                            cwd=tmp_path, env=os.environ | {"BERTFORGE_STRICT_TESTS": "1"}, capture_output=True,
+                            text=True, timeout=120)
+    assert strict.returncode == 0 and "1 skipped" in strict.stdout, strict.stdout
+    assert "needs a CUDA GPU" in strict.stdout and "make test-gpu" in strict.stdout

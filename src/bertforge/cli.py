@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "bertforge.commands.fill_mask",
     "bertforge.commands.export",
     "bertforge.commands.glue",
+    "bertforge.commands.doctor",
 ]
 
 

@@ -17,7 +17,8 @@ from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
-TINY = ["model.preset=bert-tiny", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
+# run.device=cpu: these are the CPU tests on any machine; tests/test_cuda.py adds run.device=cuda
+TINY = ["run.device=cpu", "model.preset=bert-tiny", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
         "model.num_layers=2", "model.hidden_dropout=0.0", "model.attention_dropout=0.0", "data.num_workers=0",
         "optim.lr=3e-3", "schedule.name=constant", "schedule.warmup=2", "train.micro_batch_size=8",
         "train.global_batch_size=16", "train.log_every=1", "train.eval_every=100", "log.progress=false",

@@ -112,6 +112,15 @@ def _flash_attn_problem(needs: LayerNeeds, kernels: AvailableKernels) -> str | N
     return _flash_kernel_problem(needs, kernels)
 
 
+def backend_problem(backend: str, needs: LayerNeeds, kernels: AvailableKernels) -> str | None:
+    """Why `backend` cannot run this call here, or None if it can (`bertforge doctor` lists them all)."""
+    if backend == "varlen":
+        return _varlen_problem(needs, kernels)
+    if backend == "flash":
+        return _flash_attn_problem(needs, kernels)
+    return None  # sdpa and eager run anywhere
+
+
 def choose_backend(requested: str, needs: LayerNeeds, kernels: AvailableKernels) -> BackendChoice:
     """The backend that runs this call and why; a requested backend that cannot run raises one line."""
     if requested == "varlen":

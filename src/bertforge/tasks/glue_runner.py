@@ -175,7 +175,11 @@ def device_slots(config: Config, jobs: int | None) -> list[dict[str, str]]:
     import torch
 
     gpus = torch.cuda.device_count() if config.run.device != "cpu" else 0
-    cores = cpu_count()
+    return plan_slots(gpus, cpu_count(), jobs)
+
+
+def plan_slots(gpus: int, cores: int, jobs: int | None) -> list[dict[str, str]]:
+    """`device_slots` as a pure function of what the machine has, so the GPU plan is tested on a CPU."""
     if gpus:
         count = min(jobs or gpus, gpus)
         threads = str(max(1, cores // count))

@@ -141,14 +141,7 @@ class PretrainTask(Task):
         return results
 
     def flops_per_token(self, model: nn.Module) -> float:
-        """6 × (encoder matrix parameters) per token, plus attention scores and the masked-only MLM head."""
-        config = model.config
-        hidden, layers, seq_len = config.hidden_size, config.num_layers, self.config.data.seq_len
-        encoder = sum(p.numel() for n, p in model.named_parameters() if p.ndim == 2 and "embeddings" not in n
-                      and "mlm_head" not in n)
-        attention = 2 * 2 * layers * seq_len * hidden  # QK^T and AV per token (average full-length context)
-        mlm_head = self.config.data.mask_prob * (2 * hidden * config.vocab_size + 2 * hidden * hidden)
-        return 3 * (2 * encoder + attention + mlm_head)
+        return pretraining_flops_per_token(model, self.config.data.seq_len, self.config.data.mask_prob)
 
     def save_model(self, model: nn.Module, directory: Path) -> None:
         """The model directory of a checkpoint: bertforge's format, with the data's tokenizer."""
@@ -160,6 +153,17 @@ class PretrainTask(Task):
         from bertforge.models import export_hf
 
         export_hf(model, self.tokenizer_dir, directory)
+
+
+def pretraining_flops_per_token(model: nn.Module, seq_len: int, mask_prob: float) -> float:
+    """6 × (encoder matrix parameters) per token, plus attention scores and the masked-only MLM head."""
+    config = model.config
+    hidden, layers = config.hidden_size, config.num_layers
+    encoder = sum(p.numel() for n, p in model.named_parameters() if p.ndim == 2 and "embeddings" not in n
+                  and "mlm_head" not in n)
+    attention = 2 * 2 * layers * seq_len * hidden  # QK^T and AV per token (average full-length context)
+    mlm_head = mask_prob * (2 * hidden * config.vocab_size + 2 * hidden * hidden)
+    return 3 * (2 * encoder + attention + mlm_head)
 
 
 def unigram_baseline(batches: Iterable[Batch]) -> float:
