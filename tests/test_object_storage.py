@@ -385,3 +385,53 @@ def test_parts_prepared_into_the_bucket_merge_into_a_dataset_equal_to_a_one_mach
         assert len(merged) == len(expected)
         assert all(np.array_equal(merged[i], expected[i]) for i in range(len(expected)))
     assert merge_parts(parts, f"{s3_prefix}/merged")["cache_key"] == expected.manifest["cache_key"]  # up to date
+
+
+def _read_every_sample(dataset: PretokenizedDataset) -> None:
+    for i in range(0, len(dataset), 7):
+        dataset[i]
+
+
+def test_a_loader_worker_forked_while_prefetches_are_queued_fetches_for_itself(
+        prepared_in_bucket: str, s3_environment: dict[str, str], tmp_path: Path) -> None:
+    import multiprocessing
+
+    dataset = PretokenizedDataset(prepared_in_bucket, "train", cache_dir=tmp_path / "cache")
+    dataset.prefetch(range(len(dataset.shards)))  # 4 threads: most of them still queued at the fork
+    worker = multiprocessing.get_context("fork").Process(target=_read_every_sample, args=(dataset,))
+    worker.start()
+    worker.join(timeout=120)  # the parent's queued futures never complete in the child: waiting on them hangs
+    if worker.is_alive():
+        worker.kill()
+    dataset.close()
+    assert worker.exitcode == 0
+
+
+def test_an_unreachable_store_is_tried_again_with_backoff_then_one_line(
+        s3_environment: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import socket
+
+    import s3fs
+
+    from bertforge.storage import with_retries
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: only ours and s3fs's remain
+    s3fs.S3FileSystem.clear_instance_cache()
+    url = f"s3://{BUCKET}/anything/index.json"
+    fs, path = fsspec.core.url_to_fs(url)
+    logger = logging.getLogger("bertforge")
+    logger.addHandler(caplog.handler)
+    try:
+        with pytest.raises(DataError) as raised:
+            with_retries(url, "read", lambda: fs.cat_file(path), attempts=2)
+    finally:
+        logger.removeHandler(caplog.handler)
+    message = str(raised.value)
+    assert message.startswith(f"{url}: could not read it after 2 attempts") and "AWS_ENDPOINT_URL" in message
+    assert "\n" not in message
+    assert any("retrying in 1 s (attempt 2 of 2)" in record.getMessage() for record in caplog.records)
