@@ -294,31 +294,36 @@ def test_wrong_or_missing_credentials_a_missing_bucket_and_a_bad_scheme_are_one_
     assert "nosuchscheme://bucket/data" in err and "unknown URL scheme" in err
 
 
-def test_training_continues_when_the_server_restarts_before_the_shards_are_fetched(
+def test_training_continues_when_the_server_goes_down_while_shards_are_fetched_and_comes_back(
         s3_server: SeaweedServer, prepared_in_bucket: str, s3_environment: dict[str, str], tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
+    cache, log = tmp_path / "cache", tmp_path / "stderr.txt"
     config = write_run_config(tmp_path / "run")
-    process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "-q", "pretrain", str(config),
-                                f"data.path={prepared_in_bucket}", f"data.cache_dir={cache}", *TINY_PRETRAIN],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(log, "w") as stderr:
+        # botocore's own retries off, so bertforge's backoff shows within seconds (s3fs still retries briefly)
+        process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "-q", "pretrain", str(config),
+                                    f"data.path={prepared_in_bucket}", f"data.cache_dir={cache}", *TINY_PRETRAIN],
+                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   env={**os.environ, "AWS_MAX_ATTEMPTS": "1", "COLUMNS": "1000"})
     try:
         try:
             deadline = time.monotonic() + 180
             while not list(cache.rglob("tokenizer.json")):  # the dataset is open: the tokenizer came with it
-                assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
                 time.sleep(0.02)
             s3_server.stop()
             fetched_before_the_outage = len(shard_files_in(cache))
-            time.sleep(3)
+            while "retrying in" not in log.read_text():  # a download failed and waits to try again
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
         finally:
             if s3_server.process is None:
                 s3_server.start()
-        _, err = process.communicate(timeout=300)
+        process.wait(timeout=300)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 0, err
+    assert process.returncode == 0, log.read_text()
     assert fetched_before_the_outage == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["split"] == "train"] == [1, 2, 3]
@@ -385,3 +390,53 @@ def test_parts_prepared_into_the_bucket_merge_into_a_dataset_equal_to_a_one_mach
         assert len(merged) == len(expected)
         assert all(np.array_equal(merged[i], expected[i]) for i in range(len(expected)))
     assert merge_parts(parts, f"{s3_prefix}/merged")["cache_key"] == expected.manifest["cache_key"]  # up to date
+
+
+def _read_every_sample(dataset: PretokenizedDataset) -> None:
+    for i in range(0, len(dataset), 7):
+        dataset[i]
+
+
+def test_a_loader_worker_forked_while_prefetches_are_queued_fetches_for_itself(
+        prepared_in_bucket: str, s3_environment: dict[str, str], tmp_path: Path) -> None:
+    import multiprocessing
+
+    dataset = PretokenizedDataset(prepared_in_bucket, "train", cache_dir=tmp_path / "cache")
+    dataset.prefetch(range(len(dataset.shards)))  # 4 threads: most of them still queued at the fork
+    worker = multiprocessing.get_context("fork").Process(target=_read_every_sample, args=(dataset,))
+    worker.start()
+    worker.join(timeout=120)  # the parent's queued futures never complete in the child: waiting on them hangs
+    if worker.is_alive():
+        worker.kill()
+    dataset.close()
+    assert worker.exitcode == 0
+
+
+def test_an_unreachable_store_is_tried_again_with_backoff_then_one_line(
+        s3_environment: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import socket
+
+    import s3fs
+
+    from bertforge.storage import with_retries
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: only ours and s3fs's remain
+    s3fs.S3FileSystem.clear_instance_cache()
+    url = f"s3://{BUCKET}/anything/index.json"
+    fs, path = fsspec.core.url_to_fs(url)
+    logger = logging.getLogger("bertforge")
+    logger.addHandler(caplog.handler)
+    try:
+        with pytest.raises(DataError) as raised:
+            with_retries(url, "read", lambda: fs.cat_file(path), attempts=2)
+    finally:
+        logger.removeHandler(caplog.handler)
+    message = str(raised.value)
+    assert message.startswith(f"{url}: could not read it after 2 attempts") and "AWS_ENDPOINT_URL" in message
+    assert "\n" not in message
+    assert any("retrying in 1 s (attempt 2 of 2)" in record.getMessage() for record in caplog.records)

@@ -30,8 +30,8 @@ from bertforge.errors import DataError, first_line
 
 T = TypeVar("T")
 
-RETRY_ATTEMPTS = 5  # tries of one transfer before giving up (each try also has the client's own retries)
-RETRY_FIRST_WAIT_S = 1.0  # waits double from here: 1, 2, 4, 8 s
+RETRY_ATTEMPTS = 6  # tries of one transfer before giving up (each try also has the client's own retries)
+RETRY_FIRST_WAIT_S = 1.0  # waits double from here: 1, 2, 4, 8, 16 s (31 s in all)
 RETRY_MAX_WAIT_S = 30.0
 CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), and AWS_ENDPOINT_URL for a "
                     "store other than AWS")

@@ -214,7 +214,7 @@ def _build_piece(tokenizer_path: str, staged: str, piece: _Piece, settings: Samp
 # running tasks in order, with a bounded number in flight
 
 
-class _TaskRunner:
+class TaskRunner:
     """Runs tasks in worker processes (or inline with workers=0) and yields results in submission order."""
 
     def __init__(self, workers: int, tokenizer_path: str) -> None:
@@ -319,7 +319,7 @@ def cache_key(input_fingerprint: str, tokenizer_fingerprint: str, settings: Prep
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _existing_manifest(out: str) -> dict[str, Any] | None:
+def existing_manifest(out: str) -> dict[str, Any] | None:
     """The manifest already at `out`, if any. For a URL this is also the first contact with the store:
     wrong credentials or a missing bucket stop here, before minutes of tokenization."""
     try:
@@ -332,7 +332,7 @@ def _existing_manifest(out: str) -> dict[str, Any] | None:
         return None
 
 
-def _complete(out: str, manifest: dict[str, Any]) -> bool:
+def is_complete(out: str, manifest: dict[str, Any]) -> bool:
     fs, root = filesystem(out)
     with storage_errors(out, "list"):
         for split in manifest["splits"].values():
@@ -378,18 +378,18 @@ def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: 
 
 def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, work: Path, out: str,
                     settings: PrepareSettings, workers: int, progress: bool | None) -> dict[str, Any]:
-    existing = _existing_manifest(out)
-    if existing is not None and existing.get("cache_key") == key and _complete(out, existing):
+    existing = existing_manifest(out)
+    if existing is not None and existing.get("cache_key") == key and is_complete(out, existing):
         log.info(f"{out} is up to date (same inputs, tokenizer and settings); nothing to do")
         return existing
 
     staging = work / f".staging-{key[:12]}"
     staging.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    runner = _TaskRunner(workers, str(loaded.path))
+    runner = TaskRunner(workers, str(loaded.path))
     try:
         with disk_write(work, "run the same command again to resume the preparation"):
-            chunk_documents, text_bytes = _tokenize_stage(runner, sources, settings, str(loaded.path), staging,
+            chunk_documents, text_bytes = tokenize_stage(runner, sources, settings, str(loaded.path), staging,
                                                           progress_enabled() if progress is None else progress)
         return build_and_publish(runner, loaded, key, work, out, settings, staging, chunk_documents, text_bytes,
                                  source_names(sources), started)
@@ -405,7 +405,7 @@ def source_names(sources: Sequence[Source]) -> list[str]:
     return [source.url if source.kind != "hf_hub" else f"hf:{source.url}" for source in sources]
 
 
-def build_and_publish(runner: _TaskRunner, loaded: LoadedTokenizer, key: str, work: Path, out: str,
+def build_and_publish(runner: TaskRunner, loaded: LoadedTokenizer, key: str, work: Path, out: str,
                       settings: PrepareSettings, staging: Path, chunk_documents: list[int], text_bytes: int,
                       inputs: list[str], started: float) -> dict[str, Any]:
     """Stage 2 over the staged chunks (`staging/chunk-NNNNNN.npz`), then the manifest, published last."""
@@ -447,7 +447,7 @@ def build_and_publish(runner: _TaskRunner, loaded: LoadedTokenizer, key: str, wo
     return manifest
 
 
-def _tokenize_stage(runner: _TaskRunner, sources: Sequence[Any], settings: PrepareSettings, tokenizer_path: str,
+def tokenize_stage(runner: TaskRunner, sources: Sequence[Any], settings: PrepareSettings, tokenizer_path: str,
                     staging: Path, show_progress: bool, part: Part | None = None) -> tuple[list[int], int]:
     """Tokenize every chunk (or, with `part`, that part's chunks) into `staging`; returns the document
     count of every chunk and the text bytes of all (a part reads the whole input to know them)."""
@@ -476,7 +476,7 @@ def _tokenize_stage(runner: _TaskRunner, sources: Sequence[Any], settings: Prepa
     return chunk_documents, text_bytes
 
 
-def _build_stage(runner: _TaskRunner, chunk_documents: list[int], settings: PrepareSettings, tokenizer_path: str,
+def _build_stage(runner: TaskRunner, chunk_documents: list[int], settings: PrepareSettings, tokenizer_path: str,
                  staging: Path, shard_dir: Path, build_name: str) -> dict[str, Any]:
     total_documents = sum(chunk_documents)
     bounds = split_boundaries(settings.split, total_documents)

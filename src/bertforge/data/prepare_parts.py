@@ -28,12 +28,12 @@ from bertforge.data.prepare import (
     TOKENIZER_FILES,
     Part,
     PrepareSettings,
-    _complete,
-    _existing_manifest,
-    _TaskRunner,
-    _tokenize_stage,
+    TaskRunner,
     build_and_publish,
+    existing_manifest,
+    is_complete,
     source_names,
+    tokenize_stage,
 )
 from bertforge.data.shards import is_local, local_path, write_file_atomically
 from bertforge.data.sources import Source
@@ -65,10 +65,10 @@ def prepare_part_locked(sources: list[Source], loaded: LoadedTokenizer, key: str
     # one stages in the cache and uploads
     staging = work / (CHUNKS_DIR if is_local(out) else f".staging-{key[:12]}")
     staging.mkdir(parents=True, exist_ok=True)
-    runner = _TaskRunner(workers, str(loaded.path))
+    runner = TaskRunner(workers, str(loaded.path))
     try:
         with disk_write(work, "run the same command again to resume this part"):
-            chunk_documents, text_bytes = _tokenize_stage(runner, sources, settings, str(loaded.path), staging,
+            chunk_documents, text_bytes = tokenize_stage(runner, sources, settings, str(loaded.path), staging,
                                                           progress_enabled() if progress is None else progress,
                                                           part)
     except DataError:
@@ -158,8 +158,8 @@ def merge_parts(parts: Sequence[str], out: str | Path, *, workers: int | None = 
     _check_parts(parts, descriptions)
     first = descriptions[0]
     key = first["cache_key"]
-    existing = _existing_manifest(out)
-    if existing is not None and existing.get("cache_key") == key and _complete(out, existing):
+    existing = existing_manifest(out)
+    if existing is not None and existing.get("cache_key") == key and is_complete(out, existing):
         log.info(f"{out} is up to date (the same preparation); nothing to do")
         return existing
     workers = (os.cpu_count() or 1) if workers is None else workers
@@ -178,7 +178,7 @@ def merge_parts(parts: Sequence[str], out: str | Path, *, workers: int | None = 
             _fetch(f"{parts[0]}/{TOKENIZER_DIR}/{name}", tokenizer_dir / name, missing_ok=True)
         loaded = load_tokenizer(tokenizer_dir)
         settings_values = {**first["settings"], "split": tuple(first["settings"]["split"])}
-        runner = _TaskRunner(workers, str(loaded.path))
+        runner = TaskRunner(workers, str(loaded.path))
         try:
             manifest = build_and_publish(runner, loaded, key, work, out, PrepareSettings(**settings_values), staging,
                                          first["chunk_documents"], first["text_bytes"], first["inputs"], started)

@@ -7,8 +7,10 @@ them in that order while the model trains.
 
 The cache directory is keyed by the dataset's URL and content, so every process of a node that
 opens the dataset (torchrun ranks, repeated runs) finds the same files. One download per file per
-node: a downloader holds an exclusive `flock` on the file's lock while it fetches, and a process
-that waited for the lock finds the file there. A file appears only by `os.replace` after its size
+node: a downloader holds an exclusive POSIX lock (`lockf`) on the file's lock file while it fetches
+(and, inside one process, a thread lock), and a process that waited for it finds the file there.
+POSIX locks rather than `flock`: a loader worker forked while a prefetch thread held an `flock`
+would inherit the lock with the descriptor and wait for itself forever. A file appears only by `os.replace` after its size
 and sha256 matched the manifest, so a reader never sees a partial or unverified file, even when a
 downloader is killed (the kernel drops its lock; the next process starts over).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -47,9 +50,25 @@ class ShardCache:
         self.shard_files = shard_files  # per shard: its name and its files' manifest entries
         self._executor: ThreadPoolExecutor | None = None
         self._pending: dict[int, Future[int]] = {}
+        self._file_locks: dict[str, threading.Lock] = {}  # threads of this process, per file
+        self._locks_guard = threading.Lock()
+        self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:  # loader workers get the paths, not the threads
-        return {**self.__dict__, "_executor": None, "_pending": {}}
+        return {**self.__dict__, "_executor": None, "_pending": {}, "_file_locks": {}, "_locks_guard": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _locks_guard=threading.Lock())
+
+    def _threads_here(self) -> None:
+        """A forked loader worker inherits the parent's futures and thread locks, not its threads: forget them."""
+        if self._pid != os.getpid():
+            self._executor, self._pending, self._pid = None, {}, os.getpid()
+            self._file_locks, self._locks_guard = {}, threading.Lock()
+
+    def _thread_lock(self, key: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._file_locks.setdefault(key, threading.Lock())
 
     def path(self, entry: dict[str, Any]) -> Path:
         return self.root / entry["path"]
@@ -63,6 +82,7 @@ class ShardCache:
 
     def fetch(self, shards: Iterable[int]) -> int:
         """Make these shards local (waiting for their prefetches); returns the files this process downloaded."""
+        self._threads_here()
         downloaded = 0
         for shard in shards:
             pending = self._pending.pop(shard, None)
@@ -74,6 +94,7 @@ class ShardCache:
 
     def prefetch(self, shards: Iterable[int]) -> None:
         """Start fetching these shards in the background, in this order, unless they are local or on their way."""
+        self._threads_here()
         for shard in shards:
             if shard in self._pending or self.is_local(shard):
                 continue
@@ -82,6 +103,7 @@ class ShardCache:
             self._pending[shard] = self._executor.submit(self._fetch_shard, shard)
 
     def close(self) -> None:
+        self._threads_here()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
@@ -95,11 +117,12 @@ class ShardCache:
         target = self.path(entry)
         if self._present(entry):
             return 0
+        self._threads_here()
         lock_path = self.root / LOCK_DIR / (entry["path"].replace("/", "__") + ".lock")
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another process of this node may be fetching it now
+        with self._thread_lock(entry["path"]), open(lock_path, "a+b") as lock:
+            fcntl.lockf(lock, fcntl.LOCK_EX)  # another process of this node may be fetching it now
             if self._present(entry):
                 return 0
             url = f"{self.url}/{entry['path']}"
