@@ -233,6 +233,30 @@ def test_two_ranks_share_their_negatives_like_one_process(pair_files: dict[str, 
     assert runs[2] == pytest.approx(runs[1], rel=1e-5, abs=1e-6)
 
 
+def test_cosine_regression_on_scored_pairs_accumulates_like_one_batch_and_reports_correlations(
+        tmp_path: Path) -> None:
+    rows = [row for pair in gloss_pairs(48) for row in ({"a": pair["anchor"], "b": pair["positive"], "score": 1.0},
+                                                        {"a": pair["anchor"], "b": pair["negative"], "score": 0.0})]
+    files = {"train": write_jsonl(tmp_path / "train.jsonl", rows[:64]),
+             "validation": write_jsonl(tmp_path / "validation.jsonl", rows[64:])}
+    runs = {}
+    for name, micro in (("big", 16), ("accumulated", 8)):
+        config = load_config(None, [f"run.output_dir={tmp_path}", f"run.name={name}", *QUIET_RUN, *TINY_MODEL,
+                                    f"model.tokenizer={minilm_dir()}", "model.hidden_dropout=0",
+                                    "model.attention_dropout=0", "finetune.task_type=embedding",
+                                    "finetune.embedding_loss=cosine", f"finetune.train_file={files['train']}",
+                                    f"finetune.validation_file={files['validation']}", "finetune.text_column=a",
+                                    "finetune.text_pair_column=b", "finetune.label_column=score",
+                                    "finetune.max_length=48", "optim.lr=1e-3", "train.global_batch_size=16",
+                                    f"train.micro_batch_size={micro}", "train.max_steps=3", "train.log_every=1",
+                                    "train.eval_every=3", "train.best_metric=spearman", "train.best_mode=max"])
+        assert Trainer(config, EmbeddingTask(config)).fit().exit_code == 0
+        runs[name] = [r["loss"] for r in metrics_records(tmp_path / name, "train")]
+    assert runs["accumulated"] == pytest.approx(runs["big"], rel=1e-5)
+    validation = metrics_records(tmp_path / "big", "validation")[-1]
+    assert {"pearson", "spearman", "mse", "loss"} <= set(validation) and validation["mse"] == pytest.approx(validation["loss"], rel=1e-5)
+
+
 class _SigtermDuringStep(EmbeddingTask):
     """The embedding task, sending itself SIGTERM during training step `at` (1-based)."""
 
