@@ -20,13 +20,24 @@ seconds per epoch of the optimizer-step loop only (bertforge's `TrainingState.el
 HF's `train_runtime`) and the speed-up; token positions computed per epoch (bertforge: real
 tokens; HF: real + padding, counted from the batches its collator actually built).
 
-`--tasks` leaves room for other task families (e.g. an `embeddings` comparison against
-sentence-transformers); only `token_classification` exists so far.
+`embeddings`: WordNet usage -> definition pairs (`scripts/build_parity_tasks.py --tasks
+wordnet-embedding`; evenly spaced example-sentence rows of train, held-out test rows) with
+all-MiniLM-L6-v2, bertforge's `EmbeddingTask` (MNRL, unpadded batches) against sentence-transformers'
+own `SentenceTransformerTrainer` + `MultipleNegativesRankingLoss` (scale 20, in-batch negatives,
+its default batch sampler). Both sides: AdamW lr 5e-5, betas 0.9/0.999, eps 1e-8, weight decay 0.01,
+linear decay after 10% warm-up, clipping 1.0, batch 32, max length 64, mean pooling, dropout 0.1,
+the same seed. Quality is measured by one function for both sides: the final model loaded with
+`SentenceTransformer(dir)` encodes the test usages and definitions, and `tasks.retrieval` scores
+"find the gloss of this usage" (MRR@10, recall@1/10, nDCG@10) — bertforge's `final/` is a
+sentence-transformers directory, so the same loader reads both. Speed: the optimizer-step loop
+(bertforge's `TrainingState.elapsed_seconds`, the reference's `train_runtime`) per epoch.
 
-    python scripts/build_parity_tasks.py --tasks supersense-tagging     # the data, once (seconds)
+    python scripts/build_parity_tasks.py --tasks supersense-tagging,wordnet-embedding   # the data, once
     python benchmarks/finetune_tasks_vs_reference.py --quick             # smoke test: 128 rows, 1 epoch, 1 seed
     python benchmarks/finetune_tasks_vs_reference.py --seeds 3 --train-rows 2000 --test-rows 1000 --epochs 2 \\
         --json benchmarks/results/finetune_tasks_vs_reference.json
+    python benchmarks/finetune_tasks_vs_reference.py --tasks embeddings --seeds 3 --train-rows 640 --test-rows 500 \\
+        --epochs 1 --json benchmarks/results/finetune_embeddings_vs_reference.json
 """
 
 from __future__ import annotations
@@ -349,7 +360,163 @@ def token_classification(args: argparse.Namespace, workdir: Path, model_dir: Pat
     return report + "\n", raw
 
 
-TASKS = {"token_classification": token_classification}
+# ---------------------------------------------------------------------------------------------
+# embeddings: bertforge's EmbeddingTask vs SentenceTransformerTrainer + MultipleNegativesRankingLoss
+
+EMBEDDING_LR, EMBEDDING_WARMUP, EMBEDDING_MAX_LENGTH, SCALE = 5e-5, 0.1, 64, 20.0
+RETRIEVAL_KEYS = [("ndcg_at_10", "nDCG@10"), ("mrr_at_10", "MRR@10"), ("recall_at_1", "recall@1"),
+                  ("recall_at_10", "recall@10")]
+
+
+@dataclass
+class PairData:
+    train: list[dict[str, str]]  # {"anchor": usage, "positive": definition}
+    test: list[dict[str, str]]
+
+
+def load_pairs(train_rows: int, test_rows: int) -> PairData:
+    directory = tasks_dir() / "wordnet-embedding"
+    if not (directory / "task.json").is_file():
+        sys.exit(f"error: wordnet-embedding is not built in {directory}; run "
+                 "`python scripts/build_parity_tasks.py --tasks wordnet-embedding` first")
+
+    def read(split: str, count: int) -> list[dict[str, str]]:
+        lines = (directory / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+        rows = [r for r in map(json.loads, lines) if r["kind"] == "example"]  # usages, as the evaluation
+        return [{"anchor": r["anchor"], "positive": r["positive"]} for r in evenly_spaced(rows, count)]
+
+    return PairData(read("train", train_rows), read("test", test_rows))
+
+
+def retrieval_quality(model_dir: Path, test: list[dict[str, str]]) -> dict[str, float]:
+    """One evaluation for both sides: sentence-transformers encodes, `tasks.retrieval` scores."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertforge.data.pairs import PairSplit
+    from bertforge.tasks.retrieval import retrieval_scores
+
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    model.max_seq_length = EMBEDDING_MAX_LENGTH
+    anchors = torch.from_numpy(model.encode([r["anchor"] for r in test], batch_size=EVAL_BATCH))
+    positives = torch.from_numpy(model.encode([r["positive"] for r in test], batch_size=EVAL_BATCH))
+    split = PairSplit("test", [r["anchor"] for r in test], [r["positive"] for r in test])
+    return retrieval_scores(split, [anchors, positives])
+
+
+def run_bertforge_embeddings(workdir: Path, data: PairData, model_dir: Path, seed: int, epochs: int) -> Run:
+    from bertforge.config import load_config
+    from bertforge.tasks.embedding import EmbeddingTask
+    from bertforge.train.trainer import Trainer
+
+    started = time.perf_counter()
+    settings = {
+        "run": {"output_dir": str(workdir), "name": f"bertforge-embeddings-seed{seed}-{time.monotonic_ns()}",
+                "seed": seed, "device": "cpu", "resume": "never"},
+        "model": {"init_from": str(model_dir)},  # its own mean pooling and dropout 0.1
+        "finetune": {"task_type": "embedding", "embedding_loss": "mnrl", "train_file": str(workdir / "train.jsonl"),
+                     "text_column": "anchor", "text_pair_column": "positive", "similarity_scale": SCALE,
+                     "max_length": EMBEDDING_MAX_LENGTH},
+        "optim": {"name": "adamw", "lr": EMBEDDING_LR, "weight_decay": WEIGHT_DECAY, "betas": list(BETAS), "eps": EPS,
+                  "clip_grad_norm": CLIP},
+        "schedule": {"name": "linear", "warmup": EMBEDDING_WARMUP},
+        "train": {"micro_batch_size": BATCH, "global_batch_size": BATCH, "max_epochs": epochs, "log_every": 1,
+                  "eval_every": NEVER, "checkpoint_every": NEVER, "precision": "fp32"},
+        "data": {"num_workers": 0}, "log": {"tensorboard": False, "progress": False},
+    }
+    config_file = workdir / "bertforge-embeddings.yaml"
+    config_file.write_text(yaml.safe_dump(settings))
+    config = load_config(config_file)
+    result = Trainer(config, EmbeddingTask(config)).fit()
+    if result.stopped_by == "signal":
+        raise SystemExit(f"stopped by a signal during {result.run_dir.name}")
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if r.get("split") == "train" and "loss" in r]
+    return Run(retrieval_quality(result.run_dir / "final", data.test), result.state.elapsed_seconds / epochs,
+               result.state.consumed_tokens // epochs, result.state.step, statistics.mean(losses),
+               time.perf_counter() - started)
+
+
+def run_st_embeddings(workdir: Path, data: PairData, model_dir: Path, seed: int, epochs: int) -> Run:
+    import transformers
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+
+    started = time.perf_counter()
+    transformers.set_seed(seed)
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    model.max_seq_length = EMBEDDING_MAX_LENGTH
+    train = Dataset.from_dict({"anchor": [r["anchor"] for r in data.train],
+                               "positive": [r["positive"] for r in data.train]})
+    out = workdir / f"st-embeddings-seed{seed}-{time.monotonic_ns()}"
+    arguments = SentenceTransformerTrainingArguments(
+        output_dir=str(out), seed=seed, per_device_train_batch_size=BATCH, num_train_epochs=epochs,
+        learning_rate=EMBEDDING_LR, weight_decay=WEIGHT_DECAY, adam_beta1=BETAS[0], adam_beta2=BETAS[1],
+        adam_epsilon=EPS, max_grad_norm=CLIP, lr_scheduler_type="linear", warmup_ratio=EMBEDDING_WARMUP,
+        eval_strategy="no", save_strategy="no", logging_strategy="steps", logging_steps=1, report_to="none",
+        use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+    trainer = SentenceTransformerTrainer(model=model, args=arguments, train_dataset=train,
+                                         loss=MultipleNegativesRankingLoss(model, scale=SCALE))
+    trainer.remove_callback(transformers.PrinterCallback)
+    output = trainer.train()
+    model.save(str(out / "final"))
+    positions = sum(len(model.tokenizer(r[key], truncation=True, max_length=EMBEDDING_MAX_LENGTH)["input_ids"])
+                    for r in data.train for key in ("anchor", "positive"))  # real tokens; padding comes on top
+    return Run(retrieval_quality(out / "final", data.test), output.metrics["train_runtime"] / epochs, positions,
+               output.global_step, float(output.metrics["train_loss"]), time.perf_counter() - started)
+
+
+def embedding_per_seed_table(seeds: list[int], ours: Side, theirs: Side, first: list[str]) -> str:
+    lines = ["| seed | first | nDCG@10 bf / ST | MRR@10 bf / ST | recall@1 bf / ST | train loss bf / ST | "
+             "s/epoch bf / ST | speed-up |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for seed, a, b, who in zip(seeds, ours.runs, theirs.runs, first, strict=True):
+        pair = " | ".join(f"{100 * a.metrics[k]:.2f} / {100 * b.metrics[k]:.2f}"
+                          for k in ("ndcg_at_10", "mrr_at_10", "recall_at_1"))
+        lines.append(f"| {seed} | {who} | {pair} | {a.mean_train_loss:.4f} / {b.mean_train_loss:.4f} | "
+                     f"{a.epoch_seconds:.1f} / {b.epoch_seconds:.1f} | {b.epoch_seconds / a.epoch_seconds:.2f}× |")
+    return "\n".join(lines)
+
+
+def embeddings(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tuple[str, dict]:
+    data = load_pairs(args.train_rows, args.test_rows)
+    write_jsonl(data.train, workdir / "train.jsonl")
+    ours, theirs, first = Side(), Side(), []
+    for index, seed in enumerate(args.seed_list):
+        sides = [("bertforge", ours, run_bertforge_embeddings), ("sentence-transformers", theirs, run_st_embeddings)]
+        if index % 2:
+            sides.reverse()
+        first.append(sides[0][0])
+        for name, side, run in sides:
+            result = run(workdir, data, model_dir, seed, args.epochs)
+            side.runs.append(result)
+            print(f"embeddings seed {seed} {name}: nDCG@10 {100 * result.metrics['ndcg_at_10']:.2f}, MRR@10 "
+                  f"{100 * result.metrics['mrr_at_10']:.2f}, {result.epoch_seconds:.1f} s/epoch, {result.steps} steps "
+                  f"({result.wall_seconds:.0f} s in all)", file=sys.stderr, flush=True)
+    before = retrieval_quality(model_dir, data.test)
+    description = (f"wordnet-embedding usage -> definition pairs: {len(data.train):,} train pairs, {len(data.test):,} "
+                   f"test usages ranked against {len({r['positive'] for r in data.test}):,} test definitions, "
+                   f"{args.epochs} epoch(s), {ours.runs[0].steps} optimizer steps per run (ST: {theirs.runs[0].steps}); "
+                   f"lr {EMBEDDING_LR}, {EMBEDDING_WARMUP:.0%} warm-up, max length {EMBEDDING_MAX_LENGTH}, scale "
+                   f"{SCALE}; all-MiniLM-L6-v2 before fine-tuning: nDCG@10 {100 * before['ndcg_at_10']:.2f}, "
+                   f"MRR@10 {100 * before['mrr_at_10']:.2f}")
+    table = comparison_table(ours, theirs, RETRIEVAL_KEYS).replace("HF Trainer", "sentence-transformers") \
+        .replace("bertforge − HF", "bertforge − ST").replace("HF ÷ bertforge", "ST ÷ bertforge")
+    positions = (f"token positions per epoch: bertforge {ours.runs[0].positions_per_epoch:,} (real tokens, unpadded); "
+                 f"sentence-transformers pads each batch's anchors and positives to their longest text, on top of "
+                 f"the {theirs.runs[0].positions_per_epoch:,} real tokens")
+    report = "\n\n".join([description, table, embedding_per_seed_table(list(args.seed_list), ours, theirs, first),
+                          positions])
+    raw = {"data": {"train_rows": len(data.train), "test_rows": len(data.test)}, "before": before,
+           "seeds": list(args.seed_list), "first": first,
+           "bertforge": [asdict(r) for r in ours.runs], "sentence_transformers": [asdict(r) for r in theirs.runs]}
+    return report + "\n", raw
+
+
+TASKS = {"token_classification": token_classification, "embeddings": embeddings}
 
 
 def main() -> int:
@@ -392,9 +559,10 @@ def main() -> int:
             reports.append(f"### {name}\n\n{report}")
             print(f"### {name}\n\n{report}", file=sys.stderr, flush=True)
     total = time.perf_counter() - began
-    header = (f"all-MiniLM-L6-v2, AdamW lr {LR}, betas {BETAS[0]}/{BETAS[1]}, eps {EPS}, weight decay {WEIGHT_DECAY}, "
-              f"linear schedule, {WARMUP:.0%} warm-up, clipping {CLIP}, batch {BATCH}, max length {MAX_LENGTH}, "
-              f"dropout 0.1; {torch.get_num_threads()} CPU threads, torch {torch.__version__}, transformers "
+    header = (f"all-MiniLM-L6-v2, AdamW betas {BETAS[0]}/{BETAS[1]}, eps {EPS}, weight decay {WEIGHT_DECAY}, "
+              f"linear schedule, clipping {CLIP}, batch {BATCH}, dropout 0.1 (token_classification: lr {LR}, "
+              f"{WARMUP:.0%} warm-up, max length {MAX_LENGTH}; embeddings: lr {EMBEDDING_LR}, {EMBEDDING_WARMUP:.0%} "
+              f"warm-up, max length {EMBEDDING_MAX_LENGTH}); {torch.get_num_threads()} CPU threads, torch {torch.__version__}, transformers "
               f"{transformers.__version__}; seeds {', '.join(map(str, args.seed_list))}; {total / 60:.1f} min in all\n")
     print(header)
     print("\n".join(reports))

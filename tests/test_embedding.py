@@ -194,7 +194,7 @@ def test_the_second_pass_replays_the_dropout_masks_of_the_first() -> None:
     model.zero_grad(set_to_none=True)
     torch.manual_seed(7)
     cached = global_batch_step(batches, plain_runner(model), loss)
-    assert cached == pytest.approx(float(direct), rel=1e-6)
+    assert cached == pytest.approx(float(direct.detach()), rel=1e-6)
     assert torch.equal(torch.get_rng_state(), rng_after)
     for name, grad in gradients(model).items():
         torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6)
@@ -231,6 +231,30 @@ def test_two_ranks_share_their_negatives_like_one_process(pair_files: dict[str, 
         runs[nproc] = [r["loss"] for r in metrics_records(tmp_path / name, "train")]
     assert len(runs[1]) == 3
     assert runs[2] == pytest.approx(runs[1], rel=1e-5, abs=1e-6)
+
+
+def test_cosine_regression_on_scored_pairs_accumulates_like_one_batch_and_reports_correlations(
+        tmp_path: Path) -> None:
+    rows = [row for pair in gloss_pairs(48) for row in ({"a": pair["anchor"], "b": pair["positive"], "score": 1.0},
+                                                        {"a": pair["anchor"], "b": pair["negative"], "score": 0.0})]
+    files = {"train": write_jsonl(tmp_path / "train.jsonl", rows[:64]),
+             "validation": write_jsonl(tmp_path / "validation.jsonl", rows[64:])}
+    runs = {}
+    for name, micro in (("big", 16), ("accumulated", 8)):
+        config = load_config(None, [f"run.output_dir={tmp_path}", f"run.name={name}", *QUIET_RUN, *TINY_MODEL,
+                                    f"model.tokenizer={minilm_dir()}", "model.hidden_dropout=0",
+                                    "model.attention_dropout=0", "finetune.task_type=embedding",
+                                    "finetune.embedding_loss=cosine", f"finetune.train_file={files['train']}",
+                                    f"finetune.validation_file={files['validation']}", "finetune.text_column=a",
+                                    "finetune.text_pair_column=b", "finetune.label_column=score",
+                                    "finetune.max_length=48", "optim.lr=1e-3", "train.global_batch_size=16",
+                                    f"train.micro_batch_size={micro}", "train.max_steps=3", "train.log_every=1",
+                                    "train.eval_every=3", "train.best_metric=spearman", "train.best_mode=max"])
+        assert Trainer(config, EmbeddingTask(config)).fit().exit_code == 0
+        runs[name] = [r["loss"] for r in metrics_records(tmp_path / name, "train")]
+    assert runs["accumulated"] == pytest.approx(runs["big"], rel=1e-5)
+    validation = metrics_records(tmp_path / "big", "validation")[-1]
+    assert {"pearson", "spearman", "mse", "loss"} <= set(validation) and validation["mse"] == pytest.approx(validation["loss"], rel=1e-5)
 
 
 class _SigtermDuringStep(EmbeddingTask):

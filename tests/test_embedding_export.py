@@ -126,3 +126,10 @@ def test_embed_reads_a_column_and_refuses_bad_paths_and_inputs_in_one_line(
     before = np.load(out)
     assert main(["embed", str(tiny_run), "--input", str(_texts_file(tmp_path)), "--out", str(out), "--overwrite"]) == 0
     assert np.load(out).shape == (len(TEXTS), 64) and before.shape == (2, 64)
+
+
+def test_the_onnx_export_of_an_embedding_model_is_its_transformer(tiny_run: Path, tmp_path: Path) -> None:
+    """sentence-transformers' ONNX backend exports the transformer and pools outside the graph: so do we."""
+    pytest.importorskip("onnxruntime")
+    assert main(["export", str(tiny_run), "--out", str(tmp_path / "onnx"), "--format", "onnx"]) == 0
+    assert json.loads((tmp_path / "onnx" / "onnx_inputs.json").read_text())["output"] == "last_hidden_state"

@@ -1,4 +1,5 @@
-"""`bertforge finetune CONFIG`: classification, regression or token classification fine-tuning with the trainer."""
+"""`bertforge finetune CONFIG`: classification, regression, token classification or sentence-embedding fine-tuning
+with the trainer."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ if TYPE_CHECKING:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
-        subparsers, "finetune", help="fine-tune a classifier, regressor or token tagger on labeled data",
+        subparsers, "finetune", help="fine-tune a classifier, regressor, token tagger or sentence embedder",
         description="Fine-tune sequence classification (one text or a pair, binary or multi-class, optional "
                     "class weights and label_map), regression (STS-B style) or token classification (NER-style tagging from "
-                    "CoNLL or jsonl files: finetune.task_type=token_classification) from a bertforge run/checkpoint or "
+                    "CoNLL or jsonl files: finetune.task_type=token_classification) or sentence embeddings (text pairs, "
+                    "in-batch negatives over the whole global batch, or cosine regression: finetune.task_type=embedding; "
+                    "final/ is a sentence-transformers directory) from a bertforge run/checkpoint or "
                     "any Hugging Face BERT directory (model.init_from), or from scratch (model.preset + "
                     "model.tokenizer). Batches carry only real tokens. Writes a run directory with metrics, "
                     "checkpoints (the best one by train.best_metric is reloaded at the end), the test report "
@@ -29,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         example="""
         bertforge finetune configs/finetune/supersense-minilm.yaml
         bertforge finetune configs/finetune/supersense-tiny.yaml model.init_from=runs/quickstart-pretrain
+        bertforge finetune configs/finetune/wordnet-embedding-minilm.yaml
         torchrun --nproc_per_node=2 -m bertforge.cli finetune my.yaml train.micro_batch_size=16
         """)
     add_config_arguments(parser)

@@ -4,7 +4,7 @@ No weights besides the encoder's: a sentence-transformers model is a transformer
 rule (and optionally unit length), and that is what this class is, so it exports to that format
 exactly (`models.sentence_transformers_format`). With cls or last pooling the encoder's last
 layer computes only the pooled rows (`BertforgeModel.encode` with rows). The losses live in
-`tasks/embedding.py`: they need the embeddings of the whole global batch, which one forward of one
+`tasks/contrastive.py`: they need the embeddings of the whole global batch, which one forward of one
 micro-batch does not see.
 """
 
