@@ -77,8 +77,20 @@ def test_doctor_prints_readable_tables(capsys: pytest.CaptureFixture[str]) -> No
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--seq-len", "0"], "--seq-len is 0; it must be positive"),
     (["--device", "cuda"], "no CUDA GPU is visible"),
+    (["--preset", "bert-huge"], "--preset bert-huge is not a model preset; choose one of bert-tiny"),
 ])
 def test_bad_doctor_arguments_are_one_line_with_exit_code_2(arguments: list[str], message: str,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_command_line_starts_without_importing_torch() -> None:
+    """Registering every command (what `bertforge --help` and each command's start pay) stays light:
+    doctor's preset list once imported the models, torch and torch._dynamo, 7 s per start here."""
+    import subprocess
+    import sys
+
+    code = "import sys; from bertforge.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

@@ -11,8 +11,6 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from bertforge.models import preset_names
-
     parser = add_command(
         subparsers, "doctor", help="check this machine: versions, devices, attention kernels, training speed",
         description="Report torch/CUDA/driver versions, the devices and their bf16 support, which attention "
@@ -25,8 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         bertforge doctor
         bertforge doctor --preset bert-base --seq-len 128 --steps 20 --json > doctor.json
         """)
-    parser.add_argument("--preset", choices=preset_names(), default=None,
-                        help="model to time (default: bert-base on a GPU, bert-tiny on a CPU)")
+    # no `choices=`: listing the presets imports the models (torch), which every command's start-up would pay
+    parser.add_argument("--preset", default=None,
+                        help="model preset to time, e.g. bert-tiny, bert-mini, bert-base (default: bert-base on a "
+                             "GPU, bert-tiny on a CPU)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per sequence of the timed steps")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sequences per timed step (default: 32 on a GPU, 8 on a CPU)")
@@ -44,7 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.doctor import default_preset, resolve_device, run_doctor
     from bertforge.errors import ConfigError
+    from bertforge.models import preset_names
 
+    if args.preset is not None and args.preset not in preset_names():
+        raise ConfigError(f"--preset {args.preset} is not a model preset; choose one of {', '.join(preset_names())}")
     for name in ("seq_len", "batch_size", "steps", "peak_tflops"):
         value = getattr(args, name)
         if value is not None and value <= 0:
