@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import logging
 import os
 import sys
 
@@ -72,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     debug = getattr(args, "debug", False) or os.environ.get("BERTFORGE_DEBUG") == "1"
     verbosity = QUIET if getattr(args, "quiet", False) else VERBOSE if getattr(args, "verbose", False) else NORMAL
     setup_logging(verbosity)
+    if not debug:
+        # s3fs/aiohttp sessions that the interpreter's exit closes on a dead event loop make asyncio log
+        # "Task exception was never retrieved" with a traceback after our one-line error (seen after a shard
+        # checksum error from a bucket); that is noise to a user, and --debug keeps it
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     if args.command is None:
         parser.print_help()
         return 0

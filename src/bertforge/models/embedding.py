@@ -24,14 +24,16 @@ EMBEDDING_POOLINGS = ("mean", "cls", "last")
 
 
 class BertforgeForEmbedding(SavableModel, nn.Module):
-    def __init__(self, config: EncoderConfig, normalize: bool = False):
+    def __init__(self, config: EncoderConfig, normalize: bool = False, pooler: bool = False):
+        """`pooler`: keep the BERT pooler a source checkpoint carries (all-MiniLM-L6-v2's), unused by the vectors,
+        so an export gives back every weight it was given; a model trained here has none."""
         super().__init__()
         if config.pooling not in EMBEDDING_POOLINGS:
             raise ConfigError(f"sentence embeddings pool by {', '.join(EMBEDDING_POOLINGS)}, not "
                               f"pooling={config.pooling} (BERT's pooler belongs to classifiers); set model.pooling")
         self.config = config
         self.normalize = normalize
-        self.encoder = BertforgeModel(config)
+        self.encoder = BertforgeModel(config, pooler=pooler)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                 position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
@@ -43,4 +45,4 @@ class BertforgeForEmbedding(SavableModel, nn.Module):
         return F.normalize(embeddings, dim=-1) if self.normalize else embeddings
 
     def head_arguments(self) -> dict[str, object]:
-        return {"normalize": self.normalize}
+        return {"normalize": self.normalize, "pooler": self.encoder.pooler is not None}

@@ -109,7 +109,8 @@ def as_embedding_model(source: BertforgeAny, path: Path) -> BertforgeForEmbeddin
         return source
     settings = read_sentence_transformers(path)
     config = dataclasses.replace(source.config, pooling=embedding_pooling(source, path))
-    target = BertforgeForEmbedding(config, normalize=settings is not None and settings.normalize)
+    target = BertforgeForEmbedding(config, normalize=settings is not None and settings.normalize,
+                                   pooler=_pooler(source) is not None)
     _transfer(source, target)
     return target
 
@@ -131,8 +132,10 @@ def _pooler(model: BertforgeAny) -> Pooler | None:
         return model.nsp_head.pooler if model.nsp_head is not None else None
     if isinstance(model, BertforgeForSequenceClassification):
         return model.head.pooler
-    if isinstance(model, BertforgeForTokenClassification | BertforgeForEmbedding):
-        return None  # BertForTokenClassification has no pooler; sentence embeddings pool without one
+    if isinstance(model, BertforgeForTokenClassification):
+        return None  # BertForTokenClassification has no pooler
+    if isinstance(model, BertforgeForEmbedding):
+        return model.encoder.pooler  # kept from the source for export only; the vectors do not use it
     return model.pooler
 
 
