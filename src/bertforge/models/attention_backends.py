@@ -123,19 +123,11 @@ def backend_problem(backend: str, needs: LayerNeeds, kernels: AvailableKernels) 
 
 def choose_backend(requested: str, needs: LayerNeeds, kernels: AvailableKernels) -> BackendChoice:
     """The backend that runs this call and why; a requested backend that cannot run raises one line."""
-    if requested == "varlen":
-        problem = _varlen_problem(needs, kernels)
+    if requested in ("varlen", "flash", "sdpa", "eager"):
+        problem = backend_problem(requested, needs, kernels)
         if problem:
-            raise BertforgeError(f"model.attention_backend=varlen cannot run here: {problem}; "
+            raise BertforgeError(f"model.attention_backend={requested} cannot run here: {problem}; "
                                  "set model.attention_backend=auto")
-        return BackendChoice("varlen", "requested (model.attention_backend=varlen)")
-    if requested == "flash":
-        problem = _flash_attn_problem(needs, kernels)
-        if problem:
-            raise BertforgeError(f"model.attention_backend=flash cannot run here: {problem}; "
-                                 "set model.attention_backend=auto")
-        return BackendChoice("flash", "requested (model.attention_backend=flash)")
-    if requested in ("sdpa", "eager"):
         return BackendChoice(requested, f"requested (model.attention_backend={requested})")
     if requested != "auto":
         raise BertforgeError(f"model.attention_backend is {requested!r}; expected auto, varlen, flash, sdpa or eager")
