@@ -13,13 +13,13 @@ has none either) is in `stable_adamw.py`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
 from bertforge.config import OptimSection, ScheduleSection
+from bertforge.train.adam_moments import AdamMomentsOptimizer
 from bertforge.train.stable_adamw import StableAdamW
 
 NO_DECAY_HINTS = ("bias", "norm", "layernorm", "layer_norm", "ln_")
@@ -44,40 +44,24 @@ def default_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict
     return [group for group in groups if group["params"]]
 
 
-class Lamb(torch.optim.Optimizer):
+class Lamb(AdamMomentsOptimizer):
     """Layer-wise adaptive moments (LAMB): Adam's update scaled per tensor by ||w|| / ||update||."""
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for parameter in group["params"]:
-                if parameter.grad is None:
-                    continue
-                state = self.state[parameter]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(parameter)
-                    state["exp_avg_sq"] = torch.zeros_like(parameter)
-                state["step"] += 1
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(parameter.grad, alpha=1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(parameter.grad, parameter.grad, value=1 - beta2)
-                corrected_avg = exp_avg / (1 - beta1 ** state["step"])
-                corrected_sq = exp_avg_sq / (1 - beta2 ** state["step"])
-                update = corrected_avg / (corrected_sq.sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(parameter, alpha=group["weight_decay"])
-                weight_norm, update_norm = parameter.norm(), update.norm()
-                trust_ratio = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
-                                          torch.ones_like(weight_norm))
-                parameter.add_(update * trust_ratio, alpha=-group["lr"])
-        return loss
+    def update(self, parameter: torch.Tensor, grad: torch.Tensor, state: dict[str, Any],
+               group: dict[str, Any]) -> None:
+        beta1, beta2 = group["betas"]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        corrected_avg = exp_avg / (1 - beta1 ** state["step"])
+        corrected_sq = exp_avg_sq / (1 - beta2 ** state["step"])
+        update = corrected_avg / (corrected_sq.sqrt() + group["eps"])
+        if group["weight_decay"]:
+            update.add_(parameter, alpha=group["weight_decay"])
+        weight_norm, update_norm = parameter.norm(), update.norm()
+        trust_ratio = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
+                                  torch.ones_like(weight_norm))
+        parameter.add_(update * trust_ratio, alpha=-group["lr"])
 
 
 def optimizer_class_and_options(section: OptimSection, device: torch.device) -> tuple[type, dict[str, Any]]:

@@ -12,43 +12,27 @@ decoupled and uses the unclipped learning rate, as in the paper and its referenc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from bertforge.train.adam_moments import AdamMomentsOptimizer
 
-class StableAdamW(torch.optim.Optimizer):
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
-            for parameter in group["params"]:
-                if parameter.grad is None:
-                    continue
-                grad = parameter.grad
-                state = self.state[parameter]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(parameter)
-                    state["exp_avg_sq"] = torch.zeros_like(parameter)
-                state["step"] += 1
-                step = state["step"]
-                beta1_hat = beta1 * (1 - beta1 ** (step - 1)) / (1 - beta1 ** step)
-                beta2_hat = beta2 * (1 - beta2 ** (step - 1)) / (1 - beta2 ** step)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1_hat).add_(grad, alpha=1 - beta1_hat)
-                exp_avg_sq.mul_(beta2_hat).addcmul_(grad, grad, value=1 - beta2_hat)
-                # update clipping: a tensor whose gradient outruns its second moment takes a smaller step
-                rms = (grad.square() / exp_avg_sq.clamp_min(eps * eps)).mean().sqrt()
-                clipped_lr = lr / rms.clamp_min(1.0)
-                if weight_decay:
-                    parameter.mul_(1 - lr * weight_decay)
-                parameter.sub_(clipped_lr * exp_avg / (exp_avg_sq.sqrt() + eps))
-        return loss
+class StableAdamW(AdamMomentsOptimizer):
+    def update(self, parameter: torch.Tensor, grad: torch.Tensor, state: dict[str, Any],
+               group: dict[str, Any]) -> None:
+        beta1, beta2 = group["betas"]
+        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+        step = state["step"]
+        beta1_hat = beta1 * (1 - beta1 ** (step - 1)) / (1 - beta1 ** step)
+        beta2_hat = beta2 * (1 - beta2 ** (step - 1)) / (1 - beta2 ** step)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.mul_(beta1_hat).add_(grad, alpha=1 - beta1_hat)
+        exp_avg_sq.mul_(beta2_hat).addcmul_(grad, grad, value=1 - beta2_hat)
+        # update clipping: a tensor whose gradient outruns its second moment takes a smaller step
+        rms = (grad.square() / exp_avg_sq.clamp_min(eps * eps)).mean().sqrt()
+        clipped_lr = lr / rms.clamp_min(1.0)
+        if weight_decay:
+            parameter.mul_(1 - lr * weight_decay)
+        parameter.sub_(clipped_lr * exp_avg / (exp_avg_sq.sqrt() + eps))
