@@ -46,6 +46,7 @@ from bertforge.data.shards import (
     cache_root,
     is_local,
     local_path,
+    read_text_file,
     token_dtype_for,
     write_file_atomically,
     write_shard,
@@ -323,11 +324,7 @@ def existing_manifest(out: str) -> dict[str, Any] | None:
     """The manifest already at `out`, if any. For a URL this is also the first contact with the store:
     wrong credentials or a missing bucket stop here, before minutes of tokenization."""
     try:
-        if is_local(out):
-            return json.loads((local_path(out) / MANIFEST_NAME).read_text(encoding="utf-8"))
-        where = f"{out}/{MANIFEST_NAME}"
-        fs, path = filesystem(where)
-        return json.loads(with_retries(where, "read", lambda: fs.cat_file(path)))
+        return json.loads(read_text_file(out, MANIFEST_NAME))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 

@@ -35,7 +35,7 @@ from bertforge.data.prepare import (
     source_names,
     tokenize_stage,
 )
-from bertforge.data.shards import is_local, local_path, write_file_atomically
+from bertforge.data.shards import is_local, local_path, read_text_file, write_file_atomically
 from bertforge.data.sources import Source
 from bertforge.data.tokenizer import LoadedTokenizer, load_tokenizer
 from bertforge.directory_lock import DirectoryLock
@@ -114,11 +114,7 @@ def _read_part(url: str, missing_ok: bool = False) -> dict[str, Any] | None:
     url = url.rstrip("/")
     where = f"{url}/{PART_FILE}"
     try:
-        if is_local(url):
-            text = (local_path(url) / PART_FILE).read_text(encoding="utf-8")
-        else:
-            fs, path = filesystem(where)
-            text = with_retries(where, "read", lambda: fs.cat_file(path)).decode("utf-8")
+        text = read_text_file(url, PART_FILE)
     except (FileNotFoundError, NotADirectoryError):
         if missing_ok:
             return None

@@ -52,6 +52,16 @@ def local_path(url: str) -> Path:
     return Path(url[len("file://"):] if url.startswith("file://") else url)
 
 
+def read_text_file(directory: str, name: str) -> str:
+    """`name` in a local directory or under a URL (transient store failures retried); FileNotFoundError
+    when it is not there."""
+    if is_local(directory):
+        return (local_path(directory) / name).read_text(encoding="utf-8")
+    where = f"{directory.rstrip('/')}/{name}"
+    fs, path = filesystem(where)
+    return with_retries(where, "read", lambda: fs.cat_file(path)).decode("utf-8")
+
+
 # ---------------------------------------------------------------------------------------------
 # writing
 
@@ -101,11 +111,7 @@ def read_manifest(url: str) -> dict[str, Any]:
     """The manifest of a prepared dataset, checked for format and version."""
     where = f"{url.rstrip('/')}/{MANIFEST_NAME}"
     try:
-        if is_local(url):
-            text = (local_path(url) / MANIFEST_NAME).read_text(encoding="utf-8")
-        else:
-            fs, path = filesystem(where)
-            text = with_retries(where, "read", lambda: fs.cat_file(path)).decode("utf-8")
+        text = read_text_file(url, MANIFEST_NAME)
     except FileNotFoundError:
         raise DataError(f"{where} not found: {url} is not a prepared dataset (or its preparation did not finish); "
                         "run `bertforge prepare pretrain --out ...` first") from None
