@@ -111,3 +111,15 @@ def test_a_run_saved_by_an_earlier_version_still_loads_and_resumes_while_a_user_
     assert not list(run_dir.glob("config-resume-*.yaml"))
     with pytest.raises(ConfigError, match=r"`data.packing` in .* was removed \(.*\); delete it"):
         load_config(run_dir / "config.yaml")
+
+
+@pytest.mark.parametrize(("key", "value", "task_type"), [
+    ("negative_column", "hard_negative", "embedding"), ("similarity_scale", "50.0", "embedding"),
+    ("normalize_embeddings", "true", "embedding"), ("embedding_loss", "cosine", "embedding"),
+    ("tokens_column", "words", "token_classification"), ("tags_column", "ner", "token_classification")])
+def test_a_key_of_another_task_type_is_an_error_not_silently_ignored(key: str, value: str, task_type: str) -> None:
+    for other in ("classification", "regression", *({"embedding", "token_classification"} - {task_type})):
+        with pytest.raises(ConfigError, match=rf"`finetune\.{key}`.*task_type={task_type} \(this run's is {other}\)"):
+            load_config(None, [f"finetune.task_type={other}", f"finetune.{key}={value}"])
+    assert str(getattr(load_config(None, [f"finetune.task_type={task_type}", f"finetune.{key}={value}"]).finetune,
+                       key)).lower() == value

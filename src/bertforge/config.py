@@ -203,6 +203,23 @@ class FinetuneSection:
         check_choice("finetune.embedding_loss", self.embedding_loss, EMBEDDING_LOSSES)
         check_range("finetune.max_length", self.max_length, low=8)
         check_range("finetune.similarity_scale", self.similarity_scale, low=0.0, low_inclusive=False)
+        for task_type, keys in TASK_TYPE_KEYS.items():
+            for key in keys:
+                if self.task_type != task_type and getattr(self, key) != _FINETUNE_DEFAULTS[key]:
+                    # a key that does nothing must not look as if it did: it was meant for another task type
+                    raise ConfigError(f"config key `finetune.{key}` is set to {getattr(self, key)!r} but only applies "
+                                      f"to finetune.task_type={task_type} (this run's is {self.task_type}); remove it "
+                                      f"or set finetune.task_type={task_type}")
+
+
+# keys that only one task type reads; setting one under another task type is an error, not silence
+TASK_TYPE_KEYS = {
+    "token_classification": ("tokens_column", "tags_column"),
+    "embedding": ("embedding_loss", "negative_column", "similarity_scale", "normalize_embeddings"),
+}
+
+
+_FINETUNE_DEFAULTS = {f.name: f.default for f in fields(FinetuneSection)}
 
 
 @dataclass
