@@ -7,6 +7,7 @@ or s3fs is replaced.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,12 +15,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import fsspec
 import numpy as np
 import pytest
+from helpers.flaky_proxy import FlakyProxy
 from helpers.s3_server import BUCKET
 
 from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
@@ -440,3 +443,121 @@ def test_an_unreachable_store_is_tried_again_with_backoff_then_one_line(
     assert message.startswith(f"{url}: could not read it after 2 attempts") and "AWS_ENDPOINT_URL" in message
     assert "\n" not in message
     assert any("retrying in 1 s (attempt 2 of 2)" in record.getMessage() for record in caplog.records)
+
+
+@contextlib.contextmanager
+def bertforge_log(caplog: pytest.LogCaptureFixture) -> Iterator[list[str]]:
+    """The messages bertforge logs meanwhile (its logger does not propagate to the root one)."""
+    import logging
+
+    logger = logging.getLogger("bertforge")
+    logger.addHandler(caplog.handler)
+    messages: list[str] = []
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(caplog.handler)
+        messages.extend(record.getMessage() for record in caplog.records)
+
+
+@contextlib.contextmanager
+def through_proxy(proxy: FlakyProxy, monkeypatch: pytest.MonkeyPatch, checksum_validation: str) -> Iterator[None]:
+    """s3:// URLs reach the server through `proxy`, with botocore's own retries off (they do not cover a body
+    anyway) and its check of a body against the object's stored CRC as given."""
+    import s3fs
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_RESPONSE_CHECKSUM_VALIDATION", checksum_validation)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()  # no instance keeps pointing at the closed proxy
+
+
+@pytest.mark.parametrize(("hide_length", "checksum_validation", "raised"), [
+    (False, "when_supported", "ClientPayloadError"),  # fewer bytes than Content-Length: aiohttp sees the cut
+    (True, "when_supported", "FlexibleChecksumError"),  # no length to check: botocore's CRC of the object sees it
+    (True, "when_required", "TruncatedTransfer"),  # nothing in the client sees it: only the manifest's length
+], ids=["content-length", "crc-only", "unnoticed-by-the-client"])
+def test_a_shard_download_cut_in_the_middle_of_its_body_is_tried_again_and_arrives_whole(
+        prepared_in_bucket: str, s3_server: SeaweedServer, s3_environment: dict[str, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, hide_length: bool,
+        checksum_validation: str, raised: str) -> None:
+    """A real connection to the real server, closed by a proxy half-way through an object's body (as a
+    server dying mid-download or a dropped connection would): bertforge's backoff fetches it again."""
+    import hashlib
+
+    import s3fs
+
+    direct = PretokenizedDataset(prepared_in_bucket, "train", cache_dir=tmp_path / "direct")
+    expected = [direct[i] for i in range(direct.shards[0].samples)]
+    # s3fs tries a body that aiohttp finds short `retries` times itself; one cut more reaches bertforge's retry
+    cuts = s3fs.S3FileSystem.retries + 1 if not hide_length else 2
+    with FlakyProxy(s3_server.endpoint, r"\.npy$", cuts, hide_length=hide_length) as proxy, \
+            through_proxy(proxy, monkeypatch, checksum_validation), bertforge_log(caplog) as log:
+        cached = tmp_path / "through-the-proxy"
+        dataset = PretokenizedDataset(prepared_in_bucket, "train", cache_dir=cached)
+        read = [dataset[i] for i in range(dataset.shards[0].samples)]
+    assert len(proxy.cut) == cuts, proxy.requests
+    assert all(0 < relayed < size for _, relayed, size in proxy.cut)  # each one cut in the middle of the body
+    assert all(np.array_equal(a, b) for a, b in zip(read, expected, strict=True))
+    for entry in dataset.shards[0].files.values():
+        assert hashlib.sha256((cached / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
+    retries = [line for line in log if "retrying in" in line]
+    assert retries and all(f"download failed ({raised}: " in line for line in retries), log
+
+
+@pytest.mark.parametrize("change", ["same length", "one byte more"])
+def test_a_shard_changed_in_the_bucket_is_named_at_once_not_tried_again(
+        prepared_in_bucket: str, s3_prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture, change: str) -> None:
+    fs, source = fsspec.core.url_to_fs(prepared_in_bucket)
+    copy = f"{s3_prefix}/data"
+    target = fsspec.core.url_to_fs(copy)[1]
+    for name in fs.find(source):  # a copy of the module's dataset, changed below
+        fs.pipe_file(f"{target}/{name[len(source) + 1:]}", fs.cat_file(name))
+    dataset = PretokenizedDataset(copy, "train", cache_dir=tmp_path / "cache")
+    tokens = dataset.shards[0].files["tokens"]
+    data = bytearray(fs.cat_file(f"{target}/{tokens['path']}"))
+    data[-1] ^= 0xFF
+    fs.pipe_file(f"{target}/{tokens['path']}", bytes(data) + (b"\0" if change == "one byte more" else b""))
+    with bertforge_log(caplog) as log, pytest.raises(DataError) as raised:
+        dataset.fetch([0])
+    assert f"{copy}/{tokens['path']} does not match its checksum in the manifest" in str(raised.value)
+    assert not [line for line in log if "retrying in" in line], log
+
+
+def test_a_labeled_file_cut_short_unnoticed_by_the_client_is_fetched_again_not_cached_short(
+        s3_prefix: str, s3_server: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from bertforge.storage import local_copy
+
+    rows = "".join(f"sentence number {i},{i % 2}\n" for i in range(400))
+    local = tmp_path / "train.csv"
+    local.write_text(f"text,label\n{rows}", encoding="utf-8")
+    url = upload(local, f"{s3_prefix}/train.csv")
+    with FlakyProxy(s3_server.endpoint, r"\.csv$", 1, hide_length=True) as proxy, \
+            through_proxy(proxy, monkeypatch, "when_required"), bertforge_log(caplog) as log:
+        copy = local_copy(url)
+    assert len(proxy.cut) == 1
+    assert copy.read_bytes() == local.read_bytes()  # a short copy would be reused as long as the object is unchanged
+    assert any("download failed (TruncatedTransfer: " in line and "retrying in" in line for line in log), log
+
+
+def test_an_error_in_a_labeled_file_from_a_bucket_names_the_url_and_its_line(
+        s3_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers.finetuning import TINY_MODEL, minilm_dir
+
+    from bertforge.storage import cache_root
+
+    local = tmp_path / "train.csv"
+    local.write_text("text,label\na good row,yes\na row, with a comma,no\n", encoding="utf-8")
+    url = upload(local, f"{s3_prefix}/train.csv")
+    config = tmp_path / "finetune.yaml"
+    config.write_text(f"run: {{name: run, output_dir: {tmp_path}}}\n", encoding="utf-8")
+    code, err = run_main(capsys, "-q", "finetune", str(config), *TINY_MODEL, f"finetune.train_file={url}",
+                         f"model.tokenizer={minilm_dir()}", "data.num_workers=0", "log.tensorboard=false",
+                         "log.progress=false")
+    assert code == 2 and f"error: {url}:3: 3 fields but the header has 2 (text, label)" in err, err
+    assert str(cache_root()) not in err  # the copy it was read from is bertforge's business

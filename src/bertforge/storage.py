@@ -29,6 +29,7 @@ from bertforge.console import log
 from bertforge.errors import DataError, first_line
 
 T = TypeVar("T")
+_ORIGINS: dict[str, str] = {}  # local copy -> the URL it came from (`local_copy`), for messages: see `origin`
 
 RETRY_ATTEMPTS = 6  # tries of one transfer before giving up (each try also has the client's own retries)
 RETRY_FIRST_WAIT_S = 1.0  # waits double from here: 1, 2, 4, 8, 16 s (31 s in all)
@@ -40,10 +41,18 @@ NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError", "No
 TRANSIENT = frozenset({"ConnectionError", "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
                        "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
                        "ClientPayloadError", "ClientOSError", "TimeoutError", "IncompleteReadError",
-                       "ResponseStreamingError"})
+                       "ResponseStreamingError",
+                       # botocore's check of a body against the object's stored CRC (x-amz-checksum-*) failed: a
+                       # transfer cut or garbled on the way when the answer had no Content-Length to catch it
+                       "FlexibleChecksumError"})
 # s3fs's OSError for a throttled or failing server (503 SlowDown, 500 InternalError) is transient too
 NOT_TRANSIENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
                            FileExistsError)
+
+
+class TruncatedTransfer(OSError):
+    """Fewer (or more) bytes arrived than the object holds, and the client said nothing: a body without a
+    length that a dropped connection cut short. An OSError, so `is_transient`: another try fetches it whole."""
 
 
 def is_remote(url: str | object) -> bool:
@@ -135,6 +144,16 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         return fsspec.core.url_to_fs(url)
 
 
+def cat_whole(fs: fsspec.AbstractFileSystem, path: str, size: int) -> bytes:
+    """`fs.cat_file(path)` of an object of `size` bytes; a body of another length raises `TruncatedTransfer`
+    while the store still holds `size` bytes (a cut transfer: retry it), and is returned when the object
+    itself changed (for the caller's checksum to name)."""
+    data = fs.cat_file(path)
+    if len(data) != size and fs.size(path) == size:
+        raise TruncatedTransfer(f"{len(data):,} of {size:,} bytes arrived")
+    return data
+
+
 def cache_root() -> Path:
     """Where remote data is copied: $BERTFORGE_CACHE, else ~/.cache/bertforge."""
     return Path(os.environ.get("BERTFORGE_CACHE", Path.home() / ".cache" / "bertforge"))
@@ -157,18 +176,25 @@ def local_copy(url: str) -> Path:
     name = path.rstrip("/").rsplit("/", 1)[-1]
     target = cache_root() / "files" / key / name
     if info.get("type") == "directory":
-        files = with_retries(url, "list", lambda: fs.find(path))
-        for remote in files:
-            _copy_file(fs, remote, target / remote[len(path.rstrip("/")) + 1:], url)
+        files = with_retries(url, "list", lambda: fs.find(path, detail=True))
+        for remote, details in files.items():
+            _copy_file(fs, remote, details["size"], target / remote[len(path.rstrip("/")) + 1:], url)
     else:
-        _copy_file(fs, path, target, url)
+        _copy_file(fs, path, info["size"], target, url)
+    _ORIGINS[str(target)] = url
     return target
 
 
-def _copy_file(fs: fsspec.AbstractFileSystem, remote: str, target: Path, url: str) -> None:
+def origin(path: str | Path) -> str:
+    """What to call `path` in a message: the URL it was copied from when it is a `local_copy`, else the path.
+    (A reader's `cache/files/3f2a.../train.csv:3` is the user's `s3://bucket/train.csv:3`.)"""
+    return _ORIGINS.get(str(path), str(path))
+
+
+def _copy_file(fs: fsspec.AbstractFileSystem, remote: str, size: int, target: Path, url: str) -> None:
     if target.is_file():
         return
-    data = with_retries(url, "download", lambda: fs.cat_file(remote))
+    data = with_retries(url, "download", lambda: cat_whole(fs, remote, size))
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     temporary.write_bytes(data)

@@ -33,6 +33,7 @@ from bertforge.errors import (
     directory_listing,
     first_line,
 )
+from bertforge.storage import origin
 
 FILE_FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 EXTENSION_DELIMITERS = {".csv": ",", ".tsv": "\t"}
@@ -89,7 +90,7 @@ def _first_undecodable_line(path: Path) -> tuple[int, bytes]:
 
 def _decoding_error(path: Path) -> DataError:
     line, bad = _first_undecodable_line(path)
-    where = f"{path}:{line}" if line else str(path)
+    where = f"{origin(path)}:{line}" if line else origin(path)
     return DataError(f"{where}: not valid UTF-8 (bytes {bad.hex(' ')}); re-save the file as UTF-8, "
                      "e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv`")
 
@@ -97,7 +98,7 @@ def _decoding_error(path: Path) -> DataError:
 def _csv_records(path: Path, delimiter: str) -> Records:
     # tab-separated files are read with quoting off: see the module docstring
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-    name = DELIMITER_NAMES.get(delimiter, repr(delimiter))
+    name, shown = DELIMITER_NAMES.get(delimiter, repr(delimiter)), origin(path)
     rows: list[tuple[int, dict[str, str]]] = []
     with _open_text(path) as handle:
         reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
@@ -113,21 +114,22 @@ def _csv_records(path: Path, delimiter: str) -> Records:
                     continue
                 if len(fields) != len(header):
                     raise DataError(
-                        f"{path}:{number}: {len(fields)} fields but the header has {len(header)} "
+                        f"{shown}:{number}: {len(fields)} fields but the header has {len(header)} "
                         f"({', '.join(header)}) when split on {name}; check finetune.delimiter, or quote "
                         "fields that contain the delimiter")
                 rows.append((number, dict(zip(header, fields, strict=True))))
         except UnicodeDecodeError:
             raise _decoding_error(path) from None
         except csv.Error as error:
-            raise DataError(f"{path}:{reader.line_num}: unreadable csv row ({error}); fix the quoting or set "
+            raise DataError(f"{shown}:{reader.line_num}: unreadable csv row ({error}); fix the quoting or set "
                             "finetune.delimiter") from None
     if header is None:
-        raise DataError(f"{path}: the file is empty; it needs a header line naming the columns and rows below it")
-    return Records(str(path), header, rows, unit="line", delimiter=delimiter)
+        raise DataError(f"{shown}: the file is empty; it needs a header line naming the columns and rows below it")
+    return Records(shown, header, rows, unit="line", delimiter=delimiter)
 
 
 def _jsonl_records(path: Path) -> Records:
+    shown = origin(path)
     with _open_text(path) as handle:
         try:
             text = handle.read()
@@ -137,8 +139,8 @@ def _jsonl_records(path: Path) -> Records:
         try:
             array = json.loads(text)
         except json.JSONDecodeError as error:
-            raise DataError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); fix the syntax") from None
-        records = Records(str(path), [], list(enumerate(array, start=1)), unit="row")
+            raise DataError(f"{shown}:{error.lineno}: not valid JSON ({error.msg}); fix the syntax") from None
+        records = Records(shown, [], list(enumerate(array, start=1)), unit="row")
     else:
         objects = []
         # split on "\n" only: str.splitlines would also break inside strings holding U+2028 or \x0c
@@ -148,9 +150,9 @@ def _jsonl_records(path: Path) -> Records:
             try:
                 objects.append((number, json.loads(line)))
             except json.JSONDecodeError as error:
-                raise DataError(f"{path}:{number}: not valid JSON ({error.msg}); each line must be one "
+                raise DataError(f"{shown}:{number}: not valid JSON ({error.msg}); each line must be one "
                                 "JSON object") from None
-        records = Records(str(path), [], objects, unit="line")
+        records = Records(shown, [], objects, unit="line")
     for number, value in records.rows:
         if not isinstance(value, dict):
             raise DataError(f"{records.where(number)}: expected a JSON object with named fields, got "
@@ -166,11 +168,11 @@ def _parquet_records(path: Path, wanted: Sequence[str]) -> Records:
     try:
         parquet = pq.ParquetFile(path)
     except Exception as error:  # pyarrow raises several types for a corrupt or non-parquet file
-        raise DataError(f"{path}: not a readable parquet file ({error}); check the file") from None
+        raise DataError(f"{origin(path)}: not a readable parquet file ({error}); check the file") from None
     columns = list(parquet.schema_arrow.names)
     present = [c for c in wanted if c in columns]
     table = parquet.read(columns=present).to_pydict()
-    return Records(str(path), columns, _numbered_columns(table), unit="row")
+    return Records(origin(path), columns, _numbered_columns(table), unit="row")
 
 
 def _numbered_columns(table: Mapping[str, list[Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -253,11 +255,11 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
         path = Path(directory).expanduser()
     if path.is_dir():
         if any((path / marker).is_file() for marker in SAVED_DATASET_MARKERS):
-            return _hf_records(_load_saved_dataset(path, split, text), text, columns)
+            return _hf_records(_load_saved_dataset(path, split, origin(text)), origin(text), columns)
         # a folder of loose files is not read by guesswork: `datasets.load_dataset` would merge every
         # file with "train" in its name (train.csv and reg_train.csv alike) and exit 0
         found = sorted(entry.name for entry in path.iterdir())
-        raise DataError(f"{text} is a directory but not a dataset saved with save_to_disk (it holds "
+        raise DataError(f"{origin(text)} is a directory but not a dataset saved with save_to_disk (it holds "
                         f"{directory_listing(path)}); "
                         f"give one file, e.g. {path / (found[0] if found else 'train.csv')}, or "
                         f"{HUB_PREFIX}{text} for a local copy of a Hugging Face hub dataset repository")
@@ -272,9 +274,9 @@ def read_records(source: str | Path, *, split: str = "train", delimiter: str | N
         if file_format == "jsonl":
             return _jsonl_records(path)
     except CORRUPT_GZIP_ERRORS as error:
-        raise corrupt_compressed_file(path, error) from None
+        raise corrupt_compressed_file(origin(path), error) from None
     if file_format == "parquet":
         return _parquet_records(path, columns)
-    raise DataError(f"{path}: unknown file type {''.join(path.suffixes)!r}; use .csv, .tsv, .jsonl, .json or "
+    raise DataError(f"{origin(path)}: unknown file type {''.join(path.suffixes)!r}; use .csv, .tsv, .jsonl, .json or "
                     f".parquet (optionally .gz), a saved Hugging Face dataset directory, or {HUB_PREFIX}NAME")
 

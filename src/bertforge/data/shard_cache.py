@@ -28,7 +28,7 @@ from typing import Any
 
 from bertforge.console import log
 from bertforge.errors import DataError
-from bertforge.storage import filesystem, with_retries
+from bertforge.storage import cat_whole, filesystem, with_retries
 
 PREFETCH_THREADS = 4  # concurrent downloads: object stores serve parallel GETs faster than one stream
 LOCK_DIR = ".locks"
@@ -128,7 +128,8 @@ class ShardCache:
             url = f"{self.url}/{entry['path']}"
             fs, path = filesystem(url)
             try:
-                data = with_retries(url, "download", lambda: fs.cat_file(path))
+                # a body cut short is fetched again; an object of another length is named below
+                data = with_retries(url, "download", lambda: cat_whole(fs, path, entry["bytes"]))
             except FileNotFoundError:
                 raise DataError(f"shard {shard}: {url} is missing; the remote dataset is incomplete: re-upload it "
                                 "or re-run `bertforge prepare`") from None

@@ -49,6 +49,7 @@ from bertforge.data.records import (
     read_records,
 )
 from bertforge.errors import CORRUPT_GZIP_ERRORS, ConfigError, DataError, corrupt_compressed_file
+from bertforge.storage import origin
 
 if TYPE_CHECKING:
     from bertforge.config import FinetuneSection
@@ -141,6 +142,7 @@ def _conll_sentences(path: Path, with_tags: bool) -> _Sentences:
     sentence_words: list[str] = []
     sentence_tags: list[str] = []
     columns, columns_line = 0, 0  # the first token line fixes the column count for the whole file
+    shown = origin(path)  # the URL of a copy from object storage
 
     def close() -> None:
         if sentence_words:
@@ -163,16 +165,16 @@ def _conll_sentences(path: Path, with_tags: bool) -> _Sentences:
                 if not columns:
                     columns, columns_line = len(fields), number
                     if with_tags and columns == 1:
-                        raise DataError(f"{path}:{number}: one column ({fields[0]!r}) and no tag; a tagged file "
+                        raise DataError(f"{shown}:{number}: one column ({fields[0]!r}) and no tag; a tagged file "
                                         "has the word first and its tag last on each line (e.g. `Paris B-LOC`), "
                                         "separated by a space or a tab")
                 elif len(fields) != columns:
                     counted = f"{len(fields)} column{'s' * (len(fields) != 1)}"
-                    raise DataError(f"{path}:{number}: {counted} but the first token line ({columns_line}) has "
+                    raise DataError(f"{shown}:{number}: {counted} but the first token line ({columns_line}) has "
                                     f"{columns}; every token line needs the same columns "
                                     "(the word first, the tag last), and a word cannot contain a space")
                 if not fields[0].strip():  # e.g. a lone no-break space: no piece would carry its tag
-                    raise DataError(f"{path}:{number}: the word {fields[0]!r} is only whitespace; remove the line "
+                    raise DataError(f"{shown}:{number}: the word {fields[0]!r} is only whitespace; remove the line "
                                     "or fill the word in")
                 if not sentence_words:
                     numbers.append(number)
@@ -181,12 +183,12 @@ def _conll_sentences(path: Path, with_tags: bool) -> _Sentences:
     except UnicodeDecodeError:
         raise _decoding_error(path) from None
     except CORRUPT_GZIP_ERRORS as error:
-        raise corrupt_compressed_file(path, error) from None
+        raise corrupt_compressed_file(shown, error) from None
     close()
     if not words:
-        raise DataError(f"{path}: no sentences; a CoNLL file has one token per line (the word first, the tag "
+        raise DataError(f"{shown}: no sentences; a CoNLL file has one token per line (the word first, the tag "
                         "last) and a blank line between sentences")
-    return _Sentences(str(path), words, tags if with_tags else None, numbers, "conll", "the last column")
+    return _Sentences(shown, words, tags if with_tags else None, numbers, "conll", "the last column")
 
 
 def _sequence_class_names(feature: Any) -> list[str] | None:
@@ -214,10 +216,10 @@ def _open_records(source: str | Path, split: str, columns: Sequence[str], tags_c
             directory, _, split = text.rpartition("@")
             path = Path(directory).expanduser()
         if path.is_dir() and any((path / marker).is_file() for marker in SAVED_DATASET_MARKERS):
-            dataset = _load_saved_dataset(path, split, text)
+            dataset = _load_saved_dataset(path, split, origin(text))
     if dataset is None:
         return read_records(source, split=split, columns=columns), None
-    return _hf_records(dataset, text, columns), _sequence_class_names(dataset.features.get(tags_column))
+    return _hf_records(dataset, origin(text), columns), _sequence_class_names(dataset.features.get(tags_column))
 
 
 def _word_list(value: Any, column: str, where: str) -> list[str]:
@@ -305,13 +307,13 @@ def _read(source: str | Path, tokens_column: str, tags_column: str, with_tags: b
         if extension in CONLL_EXTENSIONS:
             sentences = _conll_sentences(path, with_tags)
         elif extension in (".csv", ".tsv"):
-            raise DataError(f"{path}: a csv/tsv row holds one text per cell, not a sentence's words and tags; "
+            raise DataError(f"{origin(path)}: a csv/tsv row holds one text per cell, not a sentence's words and tags; "
                             "give a CoNLL file (one token per line: rename it to .conll) or jsonl with "
                             f"{tokens_column!r} and {tags_column!r} lists")
         elif extension in RECORD_EXTENSIONS:
             sentences = _record_sentences(path, tokens_column, tags_column, with_tags, split, id_tags, cli_flags)
         else:
-            raise DataError(f"{path}: unknown file type {''.join(path.suffixes)!r} for tagged data; use "
+            raise DataError(f"{origin(path)}: unknown file type {''.join(path.suffixes)!r} for tagged data; use "
                             f"{', '.join(CONLL_EXTENSIONS)} (CoNLL: one token per line) or .jsonl, .json, .parquet "
                             f"(optionally .gz), a saved Hugging Face dataset directory, or {HUB_PREFIX}NAME")
     else:  # directories, hf:NAME, DIR@SPLIT and missing files: read_records names what is wrong
