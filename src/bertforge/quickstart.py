@@ -38,6 +38,7 @@ class QuickstartPlan:
     test_rows: int = 2000
     finetune_epochs: int = 3
     minilm_epochs: int = 2
+    seed: int = 42  # run.seed of every training stage: weights, data order, masking, dropout
 
 
 @dataclass
@@ -116,14 +117,14 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
 
     _stage(f"3/6 pre-train: a tiny BERT, MLM, {plan.pretrain_steps} steps")
     pretrain_config = load_config(CONFIGS / "quickstart-pretrain.yaml", [
-        f"run.output_dir={out}", f"data.path={data_dir}", f"data.seq_len={plan.seq_len}",
+        f"run.output_dir={out}", f"run.seed={plan.seed}", f"data.path={data_dir}", f"data.seq_len={plan.seq_len}",
         f"train.max_steps={plan.pretrain_steps}"])
     pretrain = finished(Trainer(pretrain_config, PretrainTask(pretrain_config)).fit())
     plot_run(pretrain.run_dir)
     pretrained_accuracy = pretrain.state.metrics.get("mlm_accuracy")
 
     splits = write_supersense_subsets(plan)
-    finetune_overrides = [f"run.output_dir={out}", f"finetune.train_file={splits['train']}",
+    finetune_overrides = [f"run.output_dir={out}", f"run.seed={plan.seed}", f"finetune.train_file={splits['train']}",
                           f"finetune.validation_file={splits['validation']}", f"finetune.test_file={splits['test']}"]
     results = [StageResult("majority class", majority_accuracy(splits["train"], splits["test"]), None, 0.0)]
 

@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--train-rows", type=int, default=None,
                         help="supersense training examples used for fine-tuning (default: 8000)")
     parser.add_argument("--test-rows", type=int, default=None, help="supersense test examples (default: 2000)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of every training stage (default: 42); use a new --out per seed, as a finished "
+                             "run is resumed, not trained again")
     parser.set_defaults(func=run)
 
 
@@ -42,5 +45,7 @@ def run(args: argparse.Namespace) -> int:
             if value < 1:
                 raise BertforgeError(f"--{field.replace('_', '-')} must be at least 1")
             changes[field] = value
+    if args.seed is not None:
+        changes["seed"] = args.seed
     run_quickstart(dataclasses.replace(QuickstartPlan(), **changes))
     return 0
