@@ -306,3 +306,53 @@ def test_a_tagger_stopped_by_sigterm_resumes_to_the_uninterrupted_runs_weights_b
         assert torch.equal(ours[name], reference[name]), name
     assert [r["loss"] for r in metrics_records(tmp_path / "stopped", "train")] == \
         [r["loss"] for r in metrics_records(tmp_path / "whole", "train")]
+
+
+def test_the_minilm_tagger_follows_hf_token_classification_step_for_step(tagging_data: list[str]) -> None:
+    """Dropout off, the same classifier weights, the same sentences: bertforge's tagger (its own unpadded data
+    path, the head on first sub-words only) and transformers' `BertForTokenClassification` fed as `run_ner.py`
+    feeds it (`is_split_into_words`, -100 off first pieces, `DataCollatorForTokenClassification`) see the same
+    tokens and labels and give the same loss at each of 6 AdamW steps with clipping."""
+    import transformers
+
+    from bertforge.batch import model_inputs
+    from bertforge.models.loading import load_for_task
+    from bertforge.train.optim import default_parameter_groups
+
+    overrides = dict(item.split("=", 1) for item in tagging_data)
+    rows = [json.loads(line) for line in Path(overrides["finetune.train_file"]).read_text().splitlines()[:96]]
+    tags = overrides["finetune.labels"].strip("[]").split(",")
+    torch.manual_seed(3)
+    ours = load_for_task(minilm_dir(), "token_classification", label_names=tags,
+                         config_overrides={"hidden_dropout": 0.0, "attention_dropout": 0.0}).train()
+    hf_model = transformers.BertForTokenClassification.from_pretrained(
+        str(minilm_dir()), num_labels=len(tags), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa").train()
+    hf_model.classifier.load_state_dict(ours.classifier.state_dict())  # the only freshly drawn weights
+    dataset = TaggedDataset(TaggedSplit("slice", [r["tokens"] for r in rows],
+                                        [[tags.index(t) for t in r["tags"]] for r in rows], tags), minilm_dir(), 128)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_dir()))
+    collator = transformers.DataCollatorForTokenClassification(tokenizer)
+    optimizers = [torch.optim.AdamW(default_parameter_groups(m, 0.01), lr=5e-4) for m in (ours, hf_model)]
+    for step in range(6):
+        sentences = range(step * 16, (step + 1) * 16)
+        batch = collate_tagged([dataset[i] for i in sentences])
+        encoded = tokenizer([rows[i]["tokens"] for i in sentences], is_split_into_words=True)
+        features = []
+        for index, i in enumerate(sentences):
+            word_ids = encoded.word_ids(batch_index=index)
+            labels = [-100 if word is None or word == previous else tags.index(rows[i]["tags"][word])
+                      for previous, word in zip([None, *word_ids[:-1]], word_ids, strict=True)]
+            features.append({key: encoded[key][index] for key in ("input_ids", "attention_mask", "token_type_ids")}
+                            | {"labels": labels})
+        hf_batch = collator(features)
+        assert torch.equal(hf_batch["input_ids"][hf_batch["attention_mask"].bool()], batch["input_ids"].long())
+        assert torch.equal(hf_batch["labels"][hf_batch["labels"] != -100], batch["labels"])
+        hf_loss = hf_model(**hf_batch).loss
+        our_loss = ours(**model_inputs(batch, extra=("rows",)), labels=batch["labels"]).loss_sum / batch["rows"].numel()
+        assert our_loss.item() == pytest.approx(hf_loss.item(), abs=1e-4), step
+        for model, loss, optimizer in zip((ours, hf_model), (our_loss, hf_loss), optimizers, strict=True):
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
