@@ -181,12 +181,15 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
 # token classification: bertforge
 
 
-def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int) -> dict:
+def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int,
+                   dropout: float | None = None) -> dict:
     """`bertforge finetune`'s YAML for one run (written to disk and loaded as a user's would be)."""
     return {
         "run": {"output_dir": str(workdir), "name": f"bertforge-tagging-seed{seed}-{time.monotonic_ns()}",
                 "seed": seed, "device": "cpu", "resume": "never"},
-        "model": {"init_from": str(model_dir)},  # dropout: the model's own 0.1
+        # dropout: the model's own 0.1, unless --dropout sets it on both sides
+        "model": {"init_from": str(model_dir)} | ({} if dropout is None else {
+            "hidden_dropout": dropout, "attention_dropout": dropout}),
         "finetune": {"task_type": "token_classification", "train_file": str(workdir / "train.jsonl"),
                      "test_file": str(workdir / "test.jsonl"), "tokens_column": "tokens", "tags_column": "tags",
                      "labels": data.labels, "max_length": MAX_LENGTH},
@@ -199,14 +202,15 @@ def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int,
     }
 
 
-def run_bertforge_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int) -> Run:
+def run_bertforge_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int,
+                          dropout: float | None = None) -> Run:
     from bertforge.config import load_config
     from bertforge.tasks.tagging import TokenClassificationTask
     from bertforge.train.trainer import Trainer
 
     started = time.perf_counter()
     config_file = workdir / "bertforge-tagging.yaml"
-    config_file.write_text(yaml.safe_dump(tagging_config(workdir, data, model_dir, seed, epochs)))
+    config_file.write_text(yaml.safe_dump(tagging_config(workdir, data, model_dir, seed, epochs, dropout)))
     config = load_config(config_file)
     result = Trainer(config, TokenClassificationTask(config)).fit()
     if result.stopped_by == "signal":
@@ -282,7 +286,8 @@ def seqeval_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[st
                 "accuracy": float(accuracy_score(gold, predicted))}
 
 
-def run_hf_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int) -> Run:
+def run_hf_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int,
+                   dropout: float | None = None) -> Run:
     import transformers
 
     started = time.perf_counter()
@@ -290,7 +295,8 @@ def run_hf_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int,
     label2id = {name: i for i, name in enumerate(data.labels)}
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
     model = transformers.AutoModelForTokenClassification.from_pretrained(
-        str(model_dir), num_labels=len(data.labels), id2label=dict(enumerate(data.labels)), label2id=label2id)
+        str(model_dir), num_labels=len(data.labels), id2label=dict(enumerate(data.labels)), label2id=label2id,
+        **({} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}))
     train, test = hf_encode(data.train, tokenizer, label2id), hf_encode(data.test, tokenizer, label2id)
     arguments = transformers.TrainingArguments(
         output_dir=str(workdir / f"hf-tagging-seed{seed}"), seed=seed, per_device_train_batch_size=BATCH,
@@ -334,7 +340,7 @@ def token_classification(args: argparse.Namespace, workdir: Path, model_dir: Pat
             sides.reverse()
         first.append(sides[0][0])
         for name, side, run in sides:
-            result = run(workdir, data, model_dir, seed, args.epochs)
+            result = run(workdir, data, model_dir, seed, args.epochs, args.dropout)
             side.runs.append(result)
             print(f"token_classification seed {seed} {name}: F1 {100 * result.metrics['f1']:.2f}, P "
                   f"{100 * result.metrics['precision']:.2f}, R {100 * result.metrics['recall']:.2f}, acc "
@@ -529,6 +535,8 @@ def main() -> int:
     parser.add_argument("--test-rows", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="token_classification: this dropout on both sides (e.g. 0 for the factor check; default: the model's own 0.1)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 128 train rows, 64 test rows, 1 epoch, 1 seed")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw per-seed results here")
     args = parser.parse_args()
