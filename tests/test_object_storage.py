@@ -545,6 +545,19 @@ def test_a_labeled_file_cut_short_unnoticed_by_the_client_is_fetched_again_not_c
     assert any("download failed (TruncatedTransfer: " in line and "retrying in" in line for line in log), log
 
 
+def test_the_dataset_tokenizer_cut_short_unnoticed_by_the_client_is_fetched_again_not_cached_short(
+        prepared_in_bucket: str, s3_server: SeaweedServer, s3_environment: dict[str, str], tokenizer_dir: Path,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The tokenizer copy that travels with a dataset is cached for every later run: half of it must not be."""
+    with FlakyProxy(s3_server.endpoint, r"tokenizer\.json$", 1, hide_length=True) as proxy, \
+            through_proxy(proxy, monkeypatch, "when_required"), bertforge_log(caplog) as log:
+        dataset = PretokenizedDataset(prepared_in_bucket, "train", cache_dir=tmp_path / "cache")
+    assert len(proxy.cut) == 1, proxy.requests
+    assert (dataset.tokenizer_path / "tokenizer.json").read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
+    assert any("download failed (TruncatedTransfer: " in line and "retrying in" in line for line in log), log
+
+
 def test_an_error_in_a_labeled_file_from_a_bucket_names_the_url_and_its_line(
         s3_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from helpers.finetuning import TINY_MODEL, minilm_dir

@@ -32,7 +32,7 @@ import numpy as np
 from bertforge.console import log
 from bertforge.data.shard_cache import ShardCache
 from bertforge.errors import DataError
-from bertforge.storage import cache_root, filesystem, is_remote, with_retries
+from bertforge.storage import cache_root, cat_whole, filesystem, is_remote, with_retries
 
 FORMAT_NAME = "bertforge-pretokenized"
 FORMAT_VERSION = 1
@@ -195,11 +195,13 @@ class PretokenizedDataset:
             return
         url = f"{self.url}/{tokenizer}"
         fs, path = filesystem(url)
-        for remote in with_retries(url, "list", lambda: fs.find(path)):
+        for remote, details in with_retries(url, "list", lambda: fs.find(path, detail=True)).items():
             target = self.root / tokenizer / Path(remote).relative_to(path)
             if not target.is_file():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                write_file_atomically(target, with_retries(url, "download", lambda r=remote: fs.cat_file(r)))
+                # whole or not at all: a copy cut short would stay in the cache for every later run
+                data = with_retries(url, "download", lambda r=remote, size=details["size"]: cat_whole(fs, r, size))
+                write_file_atomically(target, data)
 
     @property
     def tokenizer_path(self) -> Path:
