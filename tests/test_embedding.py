@@ -4,7 +4,6 @@ global under accumulation (GradCache) and under 2-rank DDP, exact resume, retrie
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ import pytest
 import torch
 from helpers.finetuning import QUIET_RUN, TINY_MODEL, metrics_records, minilm_dir
 from helpers.pairs import gloss_pairs, write_jsonl
+from helpers.scripts import load_repo_script
 
 from bertforge.config import config_to_yaml, load_config
 from bertforge.data.pairs import PairColumns, PairDataset, PairSplit, collate_pairs, read_pair_split
@@ -300,12 +300,7 @@ def test_an_accumulating_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run
 
 
 def _build_embedding_task(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("build_parity_tasks_for_embedding",
-                                                  REPO_ROOT / "scripts" / "build_parity_tasks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_repo_script("scripts/build_parity_tasks.py", "build_parity_tasks_for_embedding")
     assert module.main(["--tasks", "wordnet-embedding", "--out", str(out)]) == 0
     return out / "wordnet-embedding"
 

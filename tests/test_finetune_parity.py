@@ -8,12 +8,11 @@ AdamW must follow `Trainer` step for step, and the trained models must predict t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.scripts import load_repo_script
 
 from bertforge.data.bundled import supersense_labels, supersense_lines
 
@@ -21,12 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_parity_benchmark():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("parity_benchmark", REPO_ROOT / "benchmarks" / "parity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_script("benchmarks/parity.py", "parity_benchmark")
 
 
 @pytest.fixture(scope="module")

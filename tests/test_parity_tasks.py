@@ -8,7 +8,6 @@ tests fail with the package to install rather than skip. `debian-sections` is bu
 import contextlib
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import re
@@ -16,10 +15,10 @@ import subprocess
 import sys
 from collections import Counter, deque
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers.scripts import load_repo_script
 
 from bertforge.data.bundled import corpus_path
 
@@ -47,16 +46,7 @@ REQUIRED_SOURCES = {
 }
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_parity_tasks", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bpt = _load_script()
+bpt = load_repo_script("scripts/build_parity_tasks.py", "build_parity_tasks")
 
 
 def _task_names() -> list[str]:

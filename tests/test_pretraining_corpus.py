@@ -4,30 +4,19 @@ prose and drops navigation and code, duplicate paragraphs appear once, man pages
 task's text) are refused, and the output is byte-for-byte reproducible."""
 
 import gzip
-import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers.scripts import load_repo_script
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "build_pretraining_corpus.py"
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_pretraining_corpus", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bpc = _load_script()
+bpc = load_repo_script("scripts/build_pretraining_corpus.py", "build_pretraining_corpus")
 
 PROSE = [
     "The parser reads the whole file before it checks any of the options that were given.",

@@ -3,7 +3,6 @@ all-MiniLM-L6-v2 on WordNet supersense tagging, and its export run by transforme
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.finetuning import QUIET_RUN, TINY_MODEL, metrics_records, minilm_dir
+from helpers.scripts import load_repo_script
 
 from bertforge.cli import main
 from bertforge.config import config_to_yaml, load_config
@@ -112,12 +112,7 @@ def test_entity_metrics_match_a_hand_checked_case() -> None:
 
 
 def _build_tagging_task(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("build_parity_tasks_for_tagging",
-                                                  REPO_ROOT / "scripts" / "build_parity_tasks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_repo_script("scripts/build_parity_tasks.py", "build_parity_tasks_for_tagging")
     assert module.main(["--tasks", "supersense-tagging", "--out", str(out)]) == 0
     return out / "supersense-tagging"
 
