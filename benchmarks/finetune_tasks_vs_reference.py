@@ -184,18 +184,27 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
 def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int,
                    dropout: float | None = None) -> dict:
     """`bertforge finetune`'s YAML for one run (written to disk and loaded as a user's would be)."""
+    # dropout: the model's own 0.1, unless --dropout sets it on both sides
+    model = {"init_from": str(model_dir)} | ({} if dropout is None else {
+        "hidden_dropout": dropout, "attention_dropout": dropout})
+    finetune = {"task_type": "token_classification", "train_file": str(workdir / "train.jsonl"),
+                "test_file": str(workdir / "test.jsonl"), "tokens_column": "tokens", "tags_column": "tags",
+                "labels": data.labels, "max_length": MAX_LENGTH}
+    return bertforge_run_settings(workdir, "tagging", seed, epochs, LR, WARMUP, model, finetune)
+
+
+def bertforge_run_settings(workdir: Path, task: str, seed: int, epochs: int, lr: float, warmup: float,
+                           model: dict[str, Any], finetune: dict[str, Any]) -> dict[str, Any]:
+    """A `bertforge finetune` YAML tree with the training settings both tasks share with their reference
+    (AdamW, linear schedule, clipping, batch, fp32, no evaluation or checkpoint during the run)."""
     return {
-        "run": {"output_dir": str(workdir), "name": f"bertforge-tagging-seed{seed}-{time.monotonic_ns()}",
+        "run": {"output_dir": str(workdir), "name": f"bertforge-{task}-seed{seed}-{time.monotonic_ns()}",
                 "seed": seed, "device": "cpu", "resume": "never"},
-        # dropout: the model's own 0.1, unless --dropout sets it on both sides
-        "model": {"init_from": str(model_dir)} | ({} if dropout is None else {
-            "hidden_dropout": dropout, "attention_dropout": dropout}),
-        "finetune": {"task_type": "token_classification", "train_file": str(workdir / "train.jsonl"),
-                     "test_file": str(workdir / "test.jsonl"), "tokens_column": "tokens", "tags_column": "tags",
-                     "labels": data.labels, "max_length": MAX_LENGTH},
-        "optim": {"name": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY, "betas": list(BETAS), "eps": EPS,
+        "model": model,
+        "finetune": finetune,
+        "optim": {"name": "adamw", "lr": lr, "weight_decay": WEIGHT_DECAY, "betas": list(BETAS), "eps": EPS,
                   "clip_grad_norm": CLIP},
-        "schedule": {"name": "linear", "warmup": WARMUP},
+        "schedule": {"name": "linear", "warmup": warmup},
         "train": {"micro_batch_size": BATCH, "global_batch_size": BATCH, "max_epochs": epochs, "log_every": 1,
                   "eval_every": NEVER, "checkpoint_every": NEVER, "precision": "fp32"},
         "data": {"num_workers": 0}, "log": {"tensorboard": False, "progress": False},
@@ -415,20 +424,12 @@ def run_bertforge_embeddings(workdir: Path, data: PairData, model_dir: Path, see
     from bertforge.train.trainer import Trainer
 
     started = time.perf_counter()
-    settings = {
-        "run": {"output_dir": str(workdir), "name": f"bertforge-embeddings-seed{seed}-{time.monotonic_ns()}",
-                "seed": seed, "device": "cpu", "resume": "never"},
-        "model": {"init_from": str(model_dir)},  # its own mean pooling and dropout 0.1
-        "finetune": {"task_type": "embedding", "embedding_loss": "mnrl", "train_file": str(workdir / "train.jsonl"),
-                     "text_column": "anchor", "text_pair_column": "positive", "similarity_scale": SCALE,
-                     "max_length": EMBEDDING_MAX_LENGTH},
-        "optim": {"name": "adamw", "lr": EMBEDDING_LR, "weight_decay": WEIGHT_DECAY, "betas": list(BETAS), "eps": EPS,
-                  "clip_grad_norm": CLIP},
-        "schedule": {"name": "linear", "warmup": EMBEDDING_WARMUP},
-        "train": {"micro_batch_size": BATCH, "global_batch_size": BATCH, "max_epochs": epochs, "log_every": 1,
-                  "eval_every": NEVER, "checkpoint_every": NEVER, "precision": "fp32"},
-        "data": {"num_workers": 0}, "log": {"tensorboard": False, "progress": False},
-    }
+    settings = bertforge_run_settings(
+        workdir, "embeddings", seed, epochs, EMBEDDING_LR, EMBEDDING_WARMUP,
+        model={"init_from": str(model_dir)},  # its own mean pooling and dropout 0.1
+        finetune={"task_type": "embedding", "embedding_loss": "mnrl", "train_file": str(workdir / "train.jsonl"),
+                  "text_column": "anchor", "text_pair_column": "positive", "similarity_scale": SCALE,
+                  "max_length": EMBEDDING_MAX_LENGTH})
     config_file = workdir / "bertforge-embeddings.yaml"
     config_file.write_text(yaml.safe_dump(settings))
     config = load_config(config_file)
