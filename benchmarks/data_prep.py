@@ -215,17 +215,7 @@ def run_s3(args: argparse.Namespace, work: Path, tokenizer: Path, batches: int) 
     shutil.rmtree(server_dir, ignore_errors=True)  # an empty bucket: a kept dataset would make prepare a no-op
     cache = work / "cache"  # $BERTFORGE_CACHE: prepare's local build directory and the reader's shard cache
     shutil.rmtree(cache, ignore_errors=True)
-    server_tmp = server_dir / "tmp"  # weed writes its logs to $TMPDIR, else /tmp: keep them in the workdir
-    server_tmp.mkdir(parents=True)
-    previous_tmp = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(server_tmp)
-    try:
-        server = start_server(server_dir)
-    finally:
-        if previous_tmp is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = previous_tmp
+    server = start_server(server_dir)  # its data and logs stay in server_dir
     rows: list[dict[str, Any]] = []
     reader: list[dict[str, Any]] = []
     try:

@@ -98,7 +98,10 @@ class SeaweedServer:
 
     def start(self) -> None:
         s3, master, master_grpc, volume, volume_grpc, filer, filer_grpc = self.ports
-        command = [str(self.binary), "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        # glog's files go to $TMPDIR unless told otherwise: keep them with the server, not in /tmp after it
+        logs = self.data.parent / "glog"
+        logs.mkdir(parents=True, exist_ok=True)
+        command = [str(self.binary), f"-logdir={logs}", "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                    f"-master.port={master}", f"-master.port.grpc={master_grpc}", f"-volume.port={volume}",
                    f"-volume.port.grpc={volume_grpc}", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
                    "-s3", f"-s3.port={s3}", f"-s3.config={self.identities}", "-s3.port.iceberg=0",
