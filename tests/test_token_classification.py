@@ -93,6 +93,28 @@ def test_the_head_on_rows_equals_the_full_output_at_those_rows() -> None:
     assert int(some.correct) == int((full[rows].argmax(-1) == labels)[labels != -100].sum())
 
 
+def test_a_fresh_tagging_head_is_drawn_as_transformers_draws_it() -> None:
+    """The classifier starts from `BertForTokenClassification`'s distribution: a plain normal of std
+    initializer_range (BERT's truncated draw, cut at 2 std, trained worse on supersense tagging)."""
+    import transformers
+    from scipy import stats
+
+    from bertforge.models import BertforgeForTokenClassification
+    from bertforge.models.config import get_preset
+
+    torch.manual_seed(0)
+    config = get_preset("bert-small")  # hidden 512 x 89 tags: 45,568 weights
+    ours = BertforgeForTokenClassification(config, num_labels=89).classifier
+    theirs = transformers.BertForTokenClassification(transformers.BertConfig(
+        hidden_size=512, num_hidden_layers=1, num_attention_heads=8, intermediate_size=64, vocab_size=64,
+        num_labels=89, initializer_range=config.initializer_range)).classifier
+    ours_weights, their_weights = (layer.weight.detach().flatten().numpy() for layer in (ours, theirs))
+    assert stats.ks_2samp(ours_weights, their_weights).pvalue > 0.01
+    limit = 2 * config.initializer_range
+    assert (np.abs(ours_weights) > limit).mean() == pytest.approx((np.abs(their_weights) > limit).mean(), abs=0.005)
+    assert torch.count_nonzero(ours.bias) == 0
+
+
 def test_entity_metrics_match_a_hand_checked_case() -> None:
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     predicted = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]

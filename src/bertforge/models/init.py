@@ -52,3 +52,18 @@ def init_weights(module: nn.Module, config: EncoderConfig) -> None:
             nn.init.ones_(child.weight)
             if child.bias is not None:
                 nn.init.zeros_(child.bias)
+
+
+@torch.no_grad()
+def init_head_like_hf(head: nn.Linear, config: EncoderConfig) -> None:
+    """A fine-tuning head drawn as `transformers` draws it (`BertPreTrainedModel._init_weights`): a plain
+    normal of std `initializer_range`, not truncated, and a zero bias.
+
+    Why not BERT's truncated draw: cut at two std it has 12% less spread, and on supersense tagging
+    (all-MiniLM-L6-v2, 89 tags, lr 5e-4, 250 steps, dropout off) it trained worse on every one of 6
+    seeds: mean training loss 0.925 against 0.868 with this draw, entity F1 37.2 against 38.3
+    (docs/benchmarks.md, token classification). HF `Trainer`'s runs from this draw averaged 0.856.
+    """
+    nn.init.normal_(head.weight, 0.0, config.initializer_range)
+    if head.bias is not None:
+        nn.init.zeros_(head.bias)

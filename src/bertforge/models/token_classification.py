@@ -19,7 +19,7 @@ from bertforge.errors import ConfigError
 from bertforge.models.config import EncoderConfig
 from bertforge.models.dropout import Dropout
 from bertforge.models.encoder import BertforgeModel, pack_inputs
-from bertforge.models.init import init_weights
+from bertforge.models.init import init_head_like_hf
 from bertforge.models.serialization import SavableModel
 
 IGNORED_LABEL = -100  # a token that is not the first piece of a word (torch's and transformers' convention)
@@ -46,7 +46,7 @@ class BertforgeForTokenClassification(SavableModel, nn.Module):
         self.encoder = BertforgeModel(config)
         self.dropout = Dropout(config.effective_classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
-        init_weights(self.classifier, config)
+        init_head_like_hf(self.classifier, config)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                 position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
