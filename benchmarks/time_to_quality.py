@@ -1,0 +1,891 @@
+"""Time to quality: what four ways of pre-training a BERT reach in the same wall-clock minutes (issue 18).
+
+One corpus, one WordPiece tokenizer (8192, trained on the corpus as `pretrain_vs_hf.py` trains it),
+one model shape (`--model`, bert-mini by default), sequences of 128 tokens and 15% masking for all
+four arms, each trained for each of the `--budgets` (minutes of training on this machine):
+
+- `a`: HF `run_mlm.py` as a user runs it out of the box: `BertForMaskedLM` from a config, the
+  training documents tokenized and cut into 128-token blocks by `group_texts` (`--max_seq_length
+  128`, the one flag passed), `DataCollatorForLanguageModeling(mlm_probability=0.15)` and
+  `TrainingArguments`' defaults (transformers 5.x): learning rate 5e-5, `lr_scheduler_type` linear,
+  `warmup_steps` 0, `optim` adamw_torch_fused with betas 0.9/0.999, eps 1e-8, weight decay 0.0,
+  `max_grad_norm` 1.0, `per_device_train_batch_size` 8, `logging_steps` 500, seed 42 (here the
+  pre-training seed). The only argument sized here is `max_steps` (below);
+- `b`: the same model, data and collator under HF `Trainer` with bertforge's tuned hyperparameters,
+  as `pretrain_vs_hf.py`'s `HF (b) group_texts` arm: batch 32, lr 1e-3, linear decay after 6%
+  warmup, AdamW betas 0.9/0.98, eps 1e-6, weight decay 0.01, clipping 1.0, dropout 0.1;
+- `c`: `bertforge pretrain` with those hyperparameters on the prepared dataset (sentences of one
+  document packed up to 128 tokens), as `pretrain_vs_hf.py`'s `bertforge` arm;
+- `d`: `bertforge pretrain` with the budget recipe, `configs/pretrain/budget-cpu.yaml` (`--recipe`):
+  every key of it except where and how long it runs (run.*, data.path, the budget keys, evaluation
+  and logging), on the same prepared dataset. Its model section must not change the shape.
+
+The budget. bertforge trains with `train.max_time_minutes`: its clock (`TrainingState.elapsed_seconds`)
+counts the optimizer-step loop (data, forward, backward, optimizer, logging), not the set-up, its
+evaluation or checkpoints, and its schedule follows that clock, so its learning rate reaches zero at
+the budget. HF `Trainer` has no time budget: `BudgetClock` (a `TrainerCallback`) runs a clock from
+`on_train_begin`, stops training when it passes the budget, and is paused while it exports. HF's
+linear schedule is sized in steps, so `max_steps` is estimated by a timed calibration: the same
+model, data and arguments, freshly built in the same process, train for `CALIBRATION_SECONDS` (20)
+after `CALIBRATION_WARMUP` (5) steps; seconds per step is measured between the starts of the timed
+steps, and `max_steps = budget / seconds per step`. The calibration is thrown away and not counted. It is an
+estimate: where the real run is slower (a busier machine, slower later steps), the clock stops it
+before its learning rate has decayed to zero; where it is faster, it runs out of steps before the
+budget and its curve ends early. Each run records planned and done steps and its minutes.
+
+Along each run the model is exported in HF format at 1/8, 1/4, 1/2 and 3/4 of the budget (by each
+arm's own clock, not counted in it) and at the end (`final/`); with `train.ema` bertforge's exports
+hold the moving average, as its `final/` does (with `train.average_last_k` only `final/` is an
+average). Quality:
+
+- validation MLM loss and accuracy of every export, by `pretrain_vs_hf.py`'s `mlm_accuracy`: stock
+  `transformers.BertForMaskedLM` on the prepared dataset's validation split (the last 2% of the
+  documents, Megatron's split 980,20, never trained on by any arm: HF's blocks are built from the
+  documents before them) with masks fixed by one seed (`packed_validation_batches`). (The tokenizer
+  is trained on the whole corpus, validation documents included, as in `pretrain_vs_hf.py`.)
+- downstream test accuracy of each run's final model after the same `bertforge finetune` (the
+  quickstart's recipe, `recipes/quickstart-finetune-tiny.yaml`: 3 epochs, max length 64) with
+  `--downstream-seeds` seeds, on the bundled supersense task (8,000 train / 2,000 test glosses, as
+  `pretrain_vs_hf.py`) and on `manpages` (all 2,998 train / 387 test rows: a man page's DESCRIPTION
+  -> its manual section, 6 classes). manpages because it is technical prose like the debian-docs
+  corpus yet kept out of it by `scripts/build_pretraining_corpus.py`, and it asks for another
+  skill than glosses (what kind of thing a text documents), while staying small enough to
+  fine-tune in a minute.
+- time to quality: the first minute at which an arm's validation MLM accuracy reaches (b)'s at the
+  largest budget, linearly interpolated between exports on each of the arm's runs (the earliest over
+  its budgets; "≤" where its first export already reached it).
+
+Every (arm, budget, pre-training seed) is one result file under `--work-dir`, written atomically as
+soon as it is scored; a re-run skips the done ones (results measured with other settings are refused,
+not mixed in). The report is built from every result in the store, so a study can be run in parts:
+
+    .venv/bin/python benchmarks/time_to_quality.py --quick --arms a,b,c           # smoke run, a few minutes
+    .venv/bin/python benchmarks/time_to_quality.py --corpus debian-docs --arms a,b --budgets 10,20,40
+    .venv/bin/python benchmarks/time_to_quality.py --corpus debian-docs --arms c,d --budgets 10,20,40
+
+    python scripts/build_pretraining_corpus.py               # the debian-docs corpus, once
+    python scripts/build_parity_tasks.py --tasks manpages    # the manpages task, once
+
+The report goes to `benchmarks/results/time_to_quality.md` (+ `.json`, `.png`); `--quick` writes
+into the work directory instead, so a smoke run never replaces a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NamedTuple
+
+from transformers import TrainerCallback
+
+from bertforge.train.trainer import Trainer as BertforgeTrainer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _repo_module(relative_path: str, module_name: str) -> ModuleType:
+    """A script or benchmark of this repository imported by path (they are files, not packages)."""
+    spec = importlib.util.spec_from_file_location(module_name, REPO / relative_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses in the module look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+pv = _repo_module("benchmarks/pretrain_vs_hf.py", "bertforge_pretrain_vs_hf_benchmark")
+parity = _repo_module("benchmarks/parity.py", "bertforge_parity_benchmark")
+corpus_builder = _repo_module("scripts/build_pretraining_corpus.py", "bertforge_build_pretraining_corpus")
+
+SEQ_LEN, MASK_PROBABILITY = pv.SEQ_LEN, pv.MASK_PROBABILITY
+RESULTS = REPO / "benchmarks" / "results"
+DEFAULT_RECIPE = REPO / "configs" / "pretrain" / "budget-cpu.yaml"
+ARMS = ("a", "b", "c", "d")
+ARM_TITLES = {"a": "(a) HF run_mlm.py defaults", "b": "(b) HF Trainer, tuned", "c": "(c) bertforge, tuned",
+              "d": "(d) bertforge, budget recipe"}
+EXPORT_FRACTIONS = (0.125, 0.25, 0.5, 0.75)  # of the budget, besides the end
+CALIBRATION_SECONDS, CALIBRATION_WARMUP, MIN_TIMED_STEPS = 20.0, 5, 5
+DOWNSTREAM_TASKS = ("supersense", "manpages")
+ALL_ROWS = 1_000_000  # parity.load_task keeps every row of a split with fewer rows than this
+DOWNSTREAM_ROWS = {"supersense": (pv.DOWNSTREAM_ROWS["train"], pv.DOWNSTREAM_ROWS["test"]),
+                   "manpages": (ALL_ROWS, ALL_ROWS)}
+QUICK = {"model": "bert-tiny", "budgets": [0.3], "downstream_seeds": 1, "calibration": (2.0, 2),
+         "downstream_rows": {"supersense": (256, 128), "manpages": (256, 128)}}
+# recipe keys that change the model's shape: arm (d) must keep the other arms' (`check_recipe`)
+SHAPE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+              "max_position_embeddings", "position", "mlp", "norm", "bias", "tie_word_embeddings",
+              "local_attention_window", "global_every_n")
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """bertforge's tuned pre-training hyperparameters, the ones `pretrain_vs_hf.py` gives its arms on a CPU."""
+
+    batch_size: int = pv.DEVICE_DEFAULTS["cpu"]["batch_size"]
+    lr: float = pv.DEVICE_DEFAULTS["cpu"]["lr"]
+    warmup: float = pv.WARMUP_FRACTION
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    clip_grad_norm: float = 1.0
+    dropout: float = 0.1
+
+    def hf_arguments(self) -> dict[str, Any]:
+        """As `TrainingArguments` keywords (arm b)."""
+        return {"per_device_train_batch_size": self.batch_size, "learning_rate": self.lr,
+                "weight_decay": self.weight_decay, "adam_beta1": self.betas[0], "adam_beta2": self.betas[1],
+                "adam_epsilon": self.eps, "max_grad_norm": self.clip_grad_norm, "lr_scheduler_type": "linear",
+                "warmup_steps": self.warmup, "logging_steps": 10}
+
+    def bertforge_overrides(self) -> list[str]:
+        """As `bertforge pretrain` overrides (arm c)."""
+        return [f"model.hidden_dropout={self.dropout}", f"model.attention_dropout={self.dropout}", "optim.name=adamw",
+                f"optim.lr={self.lr}", f"optim.weight_decay={self.weight_decay}",
+                f"optim.betas=[{self.betas[0]},{self.betas[1]}]", f"optim.eps={self.eps}",
+                f"optim.clip_grad_norm={self.clip_grad_norm}", "schedule.name=linear", f"schedule.warmup={self.warmup}",
+                f"train.micro_batch_size={self.batch_size}", f"train.global_batch_size={self.batch_size}",
+                f"data.mask_prob={MASK_PROBABILITY}", "train.precision=fp32", "train.log_every=10"]
+
+
+TUNED = Hyperparameters()
+
+
+# ---------------------------------------------------------------------------------------------
+# the wall clock: HF's budget callback, its calibration, bertforge's exports along its own clock
+
+
+class BudgetClock(TrainerCallback):
+    """Stops HF `Trainer` once `budget_seconds` of training have passed, and calls `export(model, seconds,
+    step)` (keeping what it returns in `exports`) as the clock passes each of `marks` (seconds).
+
+    The clock starts at `on_train_begin` and is paused while exporting, as bertforge's elapsed time leaves
+    its checkpoints and exports out; `stopped_at` is its reading when training ended.
+    """
+
+    def __init__(self, budget_seconds: float, marks: tuple[float, ...] = (),
+                 export: Callable[[Any, float, int], dict[str, Any]] | None = None) -> None:
+        self.budget_seconds = budget_seconds
+        self.pending_marks = sorted(mark for mark in marks if mark < budget_seconds)
+        self.export = export
+        self.exports: list[dict[str, Any]] = []
+        self.started = self.paused = 0.0
+        self.stopped_at: float | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started - self.paused
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.started, self.paused = time.perf_counter(), 0.0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        while self.pending_marks and self.elapsed() >= self.pending_marks[0]:
+            self.pending_marks.pop(0)
+            if self.export is not None:
+                pause_began = time.perf_counter()
+                self.exports.append(self.export(model, self.elapsed(), state.global_step))
+                self.paused += time.perf_counter() - pause_began
+        if self.elapsed() >= self.budget_seconds:
+            control.should_training_stop = True
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.stopped_at = self.elapsed()
+
+
+class StepTiming(TrainerCallback):
+    """The calibration: times HF `Trainer`'s steps and stops it once `seconds` have passed after `warmup` steps
+    (and at least `MIN_TIMED_STEPS` steps were timed)."""
+
+    def __init__(self, seconds: float, warmup: int) -> None:
+        self.seconds, self.warmup = seconds, warmup
+        self.starts: list[float] = []
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.starts.append(time.perf_counter())
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        timed = len(self.starts) - 1 - self.warmup
+        if timed >= MIN_TIMED_STEPS and self.starts[-1] - self.starts[self.warmup] >= self.seconds:
+            control.should_training_stop = True
+
+    def seconds_per_step(self) -> float:
+        """Between the starts of the first step after warm-up and of the last step."""
+        return (self.starts[-1] - self.starts[self.warmup]) / (len(self.starts) - 1 - self.warmup)
+
+
+class ExportingTrainer(BertforgeTrainer):
+    """bertforge's trainer that also exports its model in HF format as its clock (`elapsed_seconds`, the one its
+    time budget and schedule follow) passes each of `marks` (seconds)."""
+
+    def __init__(self, config: Any, task: Any, marks: tuple[float, ...], exports_dir: Path) -> None:
+        super().__init__(config, task)
+        self.pending_marks = sorted(marks)
+        self.exports_dir = exports_dir
+        self.exports: list[dict[str, Any]] = []
+
+    def _budget_spent(self, state: Any, total_steps: int | None) -> bool:
+        # asked between steps, outside the span the clock counts, so exporting costs the run no budget
+        while self.pending_marks and state.elapsed_seconds >= self.pending_marks[0]:
+            self.pending_marks.pop(0)
+            self.exports.append(self._export(state))
+        return super()._budget_spent(state, total_steps)
+
+    def _export(self, state: Any) -> dict[str, Any]:
+        model = self.raw_model
+        if self.ema is not None:  # what final/ would hold if the run stopped here
+            model = copy.deepcopy(self.raw_model)
+            self.ema.copy_to(model)
+        directory = self.exports_dir / f"step-{state.step:08d}"
+        self.task.save_final(model, directory)
+        return curve_point(state.elapsed_seconds, state.step, state.consumed_tokens, directory)
+
+
+def curve_point(seconds: float, step: int, tokens: int, model_dir: Path) -> dict[str, Any]:
+    return {"minutes": seconds / 60, "step": step, "tokens": tokens, "model_dir": str(model_dir)}
+
+
+def curve_points(exports: list[dict[str, Any]], final: dict[str, Any]) -> list[dict[str, Any]]:
+    """The exports, then the final model; an export taken at the last step (a mark passed on it) is that model."""
+    return [point for point in exports if point["step"] < final["step"]] + [final]
+
+
+def export_marks(budget_minutes: float) -> tuple[float, ...]:
+    return tuple(fraction * budget_minutes * 60 for fraction in EXPORT_FRACTIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+# one run, in its own process
+
+
+@dataclass
+class RunSpec:
+    arm: str
+    budget_minutes: float
+    seed: int
+    model: str
+    threads: int
+    out_dir: str
+    tokenizer_dir: str
+    data_dir: str  # bertforge's prepared dataset (c, d) or the group_texts `save_to_disk` directory (a, b)
+    recipe: str | None  # arm d's recipe
+    calibration: tuple[float, int]  # HF arms: seconds of steps timed, after this many warm-up steps
+
+
+def hf_masked_lm(tokenizer: Any, preset: str) -> Any:
+    """`BertForMaskedLM` of the preset's shape and HF's default dropout (0.1), as `pretrain_vs_hf.run_hf` builds it."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from bertforge.models import get_preset
+
+    geometry = get_preset(preset)
+    return BertForMaskedLM(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=geometry.hidden_size, num_hidden_layers=geometry.num_layers,
+        num_attention_heads=geometry.num_heads, intermediate_size=geometry.intermediate_size,
+        max_position_embeddings=geometry.max_position_embeddings, pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="sdpa"))
+
+
+def run_hf_arm(spec: RunSpec) -> dict[str, Any]:
+    """Arm a or b: calibrate the steps the budget allows, then train under `BudgetClock`, exporting along the way."""
+    import torch
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_dir)
+    train = load_from_disk(spec.data_dir)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_PROBABILITY)
+    chosen = {} if spec.arm == "a" else TUNED.hf_arguments()  # (a): TrainingArguments' defaults
+    out = Path(spec.out_dir)
+
+    def trainer(max_steps: int, callback: TrainerCallback, name: str) -> Any:
+        arguments = TrainingArguments(output_dir=str(out / name), max_steps=max_steps, seed=spec.seed, use_cpu=True,
+                                      save_strategy="no", report_to="none", disable_tqdm=True, **chosen)
+        torch.manual_seed(spec.seed)  # run_mlm.py's set_seed before the model is built
+        return Trainer(model=hf_masked_lm(tokenizer, spec.model), args=arguments, train_dataset=train,
+                       data_collator=collator, processing_class=tokenizer, callbacks=[callback])
+
+    timing = StepTiming(*spec.calibration)
+    trainer(1_000_000, timing, "calibration").train()  # stopped by `timing`; its schedule does not matter
+    seconds_per_step = timing.seconds_per_step()
+    budget_seconds = spec.budget_minutes * 60
+    planned_steps = max(1, int(budget_seconds / seconds_per_step))
+
+    def tokens_after(step: int) -> int:  # every group_texts row holds 128 real tokens
+        return step * measured.args.per_device_train_batch_size * SEQ_LEN
+
+    def export(model: Any, seconds: float, step: int) -> dict[str, Any]:
+        directory = out / "exports" / f"step-{step:08d}"
+        model.save_pretrained(str(directory))
+        return curve_point(seconds, step, tokens_after(step), directory)
+
+    clock = BudgetClock(budget_seconds, export_marks(spec.budget_minutes), export)
+    measured = trainer(planned_steps, clock, "trainer")
+    measured.train()
+    final = out / "final"
+    measured.save_model(str(final))
+    assert clock.stopped_at is not None  # on_train_end has run
+    step = measured.state.global_step
+    return {"points": curve_points(clock.exports, curve_point(clock.stopped_at, step, tokens_after(step), final)),
+            "planned_steps": planned_steps, "calibration_seconds_per_step": seconds_per_step,
+            "hyperparameters": {key: str(getattr(measured.args, key)) for key in (
+                "per_device_train_batch_size", "learning_rate", "lr_scheduler_type", "warmup_steps", "optim",
+                "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm")}}
+
+
+def bertforge_config(spec: RunSpec) -> Any:
+    """Arm c: the tuned hyperparameters; arm d: the recipe. Both: this run's place, data, budget and seed."""
+    from bertforge.config import load_config
+
+    placement = [
+        "run.name=bertforge", f"run.output_dir={spec.out_dir}", f"run.seed={spec.seed}", "run.device=cpu",
+        "run.resume=never", f"data.path={spec.data_dir}", f"model.preset={spec.model}",
+        f"train.max_time_minutes={spec.budget_minutes}", "train.max_steps=null", "train.max_tokens=null",
+        "train.max_epochs=null", "train.eval_every=1000000000", "log.progress=false", "log.tensorboard=false"]
+    if spec.arm == "d":
+        return load_config(spec.recipe, placement)
+    return load_config(None, TUNED.bertforge_overrides() + placement)
+
+
+def run_bertforge_arm(spec: RunSpec) -> dict[str, Any]:
+    """Arm c or d: `train.max_time_minutes`, exporting along bertforge's own clock."""
+    from bertforge.tasks.pretrain import PretrainTask
+
+    config = bertforge_config(spec)
+    trainer = ExportingTrainer(config, PretrainTask(config), export_marks(spec.budget_minutes),
+                               Path(spec.out_dir) / "exports")
+    result = trainer.fit()
+    state = result.state
+    final = curve_point(state.elapsed_seconds, state.step, state.consumed_tokens, result.run_dir / "final")
+    return {"points": curve_points(trainer.exports, final),
+            "stopped_by": result.stopped_by,
+            "hyperparameters": {"optim": asdict(config.optim), "schedule": asdict(config.schedule),
+                                "train": asdict(config.train), "model": asdict(config.model),
+                                "data": {key: value for key, value in asdict(config.data).items()
+                                         if key.startswith(("mask", "seq_len", "random", "whole"))}}}
+
+
+def run_arm(spec_path: Path) -> None:
+    """The child process: train one run and write its training record next to the spec."""
+    import torch
+
+    spec = RunSpec(**json.loads(spec_path.read_text(encoding="utf-8")))
+    pv.quiet_progress_bars()
+    torch.set_num_threads(spec.threads)
+    shutil.rmtree(spec.out_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    Path(spec.out_dir).mkdir(parents=True)
+    record = run_bertforge_arm(spec) if spec.arm in ("c", "d") else run_hf_arm(spec)
+    pv.write_atomically(spec_path.with_name("training.json"), json.dumps(record, indent=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs: the corpus, the tokenizer, bertforge's prepared dataset, HF's group_texts blocks
+
+
+def corpus_file(name: str) -> Path:
+    """The corpus text file; a missing debian-docs corpus ends the program with the command that builds it."""
+    from bertforge.data.bundled import corpus_path
+
+    if name == "bundled":
+        return corpus_path()
+    path = corpus_builder.default_out() / corpus_builder.CORPUS_FILE
+    if not path.is_file():
+        print(f"error: the debian-docs corpus is not built ({path} is missing); build it with "
+              "`python scripts/build_pretraining_corpus.py`", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
+def prepare_corpus(corpus: Path, work: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """`pretrain_vs_hf.prepare_inputs` for any corpus file: the tokenizer and the packed dataset (reused when present)."""
+    from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
+    from bertforge.data.tokenizer import train_tokenizer_from_inputs
+
+    tokenizer_dir, data_dir = work / "tokenizer", work / f"data-{SEQ_LEN}"
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        train_tokenizer_from_inputs([str(corpus)], tokenizer_dir, vocab_size=pv.VOCAB_SIZE)
+    manifest = prepare_pretraining_data([str(corpus)], tokenizer_dir, data_dir,
+                                        PrepareSettings(seq_len=SEQ_LEN, split=(980.0, 20.0)), workers=2,
+                                        progress=False)
+    return tokenizer_dir, data_dir, manifest
+
+
+def corpus_documents(corpus: Path) -> list[str]:
+    """The corpus' documents in order, read as `bertforge prepare` reads them (`pretrain_vs_hf.corpus_documents`)."""
+    from bertforge.data.sources import iter_documents, resolve_inputs
+
+    return [document.text for document in iter_documents(resolve_inputs([str(corpus)]))]
+
+
+def group_texts_dataset(work: Path, tokenizer_dir: Path, corpus: Path, manifest: dict[str, Any]) -> Path:
+    """The training documents as `run_mlm.py` feeds them (`pretrain_vs_hf.hf_training_dataset`), saved once
+    per prepared dataset (its `cache_key` covers the corpus, the tokenizer and the split)."""
+    from transformers import AutoTokenizer
+
+    target = work / "hf-group-texts"
+    stamp = target / "bertforge_cache_key.txt"
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == manifest["cache_key"]:
+        return target
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tokenizer.model_max_length = 1 << 30  # run_mlm tokenizes whole documents; silence the length warning
+    train_documents = manifest["splits"]["train"]["documents"]
+    dataset = pv.hf_training_dataset("hf-group-texts", corpus_documents(corpus)[:train_documents], tokenizer)
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    dataset.save_to_disk(str(staging))
+    (staging / stamp.name).write_text(manifest["cache_key"], encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def check_recipe(recipe: Path, model: str) -> None:
+    """Arm d's recipe must exist, keep the benchmark's model shape and its 128-token samples."""
+    from bertforge.config import Config, load_config
+    from bertforge.data.curriculum import DataCurriculum
+    from bertforge.errors import ConfigError
+
+    if not recipe.is_file():
+        raise SystemExit(f"error: arm d trains the budget recipe {recipe}, which does not exist yet; write it, give "
+                         "another with --recipe PATH, or leave arm d out (--arms a,b,c)")
+    config, default = load_config(recipe), Config()
+    if config.model.preset not in (default.model.preset, model):
+        raise SystemExit(f"error: {recipe} sets model.preset={config.model.preset} but the other arms train {model}; "
+                         f"run the benchmark with --model {config.model.preset} so that all arms share one shape")
+    changed = [key for key in SHAPE_KEYS if getattr(config.model, key) != getattr(default.model, key)]
+    if changed:
+        raise SystemExit(f"error: {recipe} changes the model's shape (model.{', model.'.join(changed)}); every arm "
+                         f"trains the {model} preset, which the HF arms build as BertForMaskedLM: remove those keys")
+    # bertforge follows these switches with the step count and refuses them under a wall-clock budget alone:
+    # say so now, not after hours of the other arms
+    try:
+        DataCurriculum.from_config(config.data).check_budget(None)
+        if config.train.batch_ramp_start is not None:  # the rule of Trainer._apply_batch_ramp
+            raise ConfigError("train.batch_ramp_start grows the batch over a fraction of the steps")
+    except ConfigError as error:
+        raise SystemExit(f"error: {recipe}: {str(error).split(';')[0]}; arm d trains for a wall-clock budget alone "
+                         "(train.max_time_minutes), which bertforge does not allow with this switch until it keys it "
+                         "to elapsed time as it does the learning rate: leave the switch out of the recipe") from None
+    if config.data.seq_len != SEQ_LEN:
+        raise SystemExit(f"error: {recipe} sets data.seq_len={config.data.seq_len}; the benchmark prepares "
+                         f"{SEQ_LEN}-token samples for every arm (shorter phases go in data.seq_len_schedule)")
+
+
+def recipe_fingerprint(recipe: Path) -> str:
+    """sha256 of the recipe as loaded (its `extends` chain resolved): arm d's results are tied to it."""
+    from bertforge.config import load_config
+
+    return hashlib.sha256(json.dumps(asdict(load_config(recipe)), sort_keys=True).encode()).hexdigest()
+
+
+def downstream_tasks(rows: dict[str, tuple[int, int]]) -> list[Any]:
+    """The fine-tuning tasks (`parity.load_task`); a missing manpages task ends the program with its command."""
+    if not (parity.tasks_dir() / "manpages" / "task.json").is_file():
+        print(f"error: the manpages task is not built ({parity.tasks_dir() / 'manpages'} is missing); build it with "
+              "`python scripts/build_parity_tasks.py --tasks manpages`", file=sys.stderr)
+        raise SystemExit(2)
+    return [parity.load_task(name, *rows[name]) for name in DOWNSTREAM_TASKS]
+
+
+# ---------------------------------------------------------------------------------------------
+# quality
+
+
+def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Path, threads: int) -> float:
+    """`pretrain_vs_hf.fine_tune_accuracy` for any classification task of `parity.load_task`: the quickstart's
+    fine-tuning recipe with a fresh pooler and classifier, test accuracy at the end."""
+    import torch
+
+    from bertforge.config import finetune_defaults, load_config
+    from bertforge.tasks.classify import ClassificationTask
+
+    torch.set_num_threads(threads)
+    files = {}
+    for split, rows in (("train", task.train), ("test", task.test)):
+        files[split] = work / "downstream" / f"{task.name}-{split}-{len(rows)}.jsonl"
+        if not files[split].is_file():
+            pv.write_atomically(files[split], "".join(json.dumps({"text": row["text"], "label": str(row["label"])}) + "\n"
+                                                      for row in rows))
+    recipe = REPO / "src" / "bertforge" / "recipes" / "quickstart-finetune-tiny.yaml"
+    run_name = f"{name}-{task.name}-ft{seed}"
+    labels = ",".join(json.dumps(label) for label in task.labels)  # quoted: manpages' labels are digits
+    config = load_config(recipe, [
+        f"run.output_dir={work / 'downstream'}", f"run.name={run_name}", f"run.seed={seed}", "run.device=cpu",
+        "run.resume=never", f"model.init_from={model_dir}", f"finetune.train_file={files['train']}",
+        f"finetune.test_file={files['test']}", f"finetune.labels=[{labels}]", "train.best_metric=null",
+        "log.progress=false", "log.tensorboard=false"], base=finetune_defaults())
+    shutil.rmtree(work / "downstream" / run_name, ignore_errors=True)  # a re-scored run starts afresh
+    result = BertforgeTrainer(config, ClassificationTask(config)).fit()
+    return json.loads((result.run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the result store
+
+
+class RunKey(NamedTuple):
+    arm: str
+    budget_minutes: float
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}-{self.budget_minutes:g}min-seed{self.seed}"
+
+
+class ResultStore:
+    """One JSON file per run (arm, budget, pre-training seed), written atomically once the run is scored.
+
+    A result holds the settings it was measured with; a stored result with other settings than this
+    invocation's is refused rather than skipped or overwritten, so a study split over sessions cannot
+    mix two set-ups.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, key: RunKey) -> Path:
+        return self.directory / f"{key.name}.json"
+
+    def is_done(self, key: RunKey, settings: dict[str, Any]) -> bool:
+        path = self.path(key)
+        if not path.is_file():
+            return False
+        stored = json.loads(path.read_text(encoding="utf-8"))["settings"]
+        if stored != settings:
+            differing = sorted(k for k in stored.keys() | settings.keys() if stored.get(k) != settings.get(k))
+            raise SystemExit(f"error: {path} was measured with other settings ({', '.join(differing)}: "
+                             f"{[stored.get(k) for k in differing]} there, {[settings.get(k) for k in differing]} now); "
+                             "delete it to measure it again, or give another --work-dir")
+        return True
+
+    def pending(self, keys: list[RunKey], settings_for: Callable[[str], dict[str, Any]]) -> list[RunKey]:
+        return [key for key in keys if not self.is_done(key, settings_for(key.arm))]
+
+    def save(self, key: RunKey, result: dict[str, Any]) -> None:
+        pv.write_atomically(self.path(key), json.dumps(result, indent=1))
+
+    def results(self) -> list[dict[str, Any]]:
+        return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(self.directory.glob("*.json"))]
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
+    """The first minute at which `curve` ((minutes, accuracy) in time order) reaches `target`, linearly
+    interpolated between the two points around the crossing; None if it never does. A curve already at
+    the target at its first point gives that point's minute: an upper bound."""
+    previous: tuple[float, float] | None = None
+    for minutes, value in curve:
+        if value >= target:
+            if previous is None:
+                return minutes
+            before_minutes, before_value = previous
+            return before_minutes + (minutes - before_minutes) * (target - before_value) / (value - before_value)
+        previous = (minutes, value)
+    return None
+
+
+def mean_std(values: list[float], scale: float = 1.0, digits: int = 4) -> str:
+    mean = f"{scale * statistics.fmean(values):.{digits}f}"
+    return f"{mean} ± {scale * statistics.stdev(values):.{digits}f}" if len(values) > 1 else mean
+
+
+@dataclass
+class Cell:
+    """One arm at one budget, over its pre-training seeds."""
+
+    arm: str
+    budget_minutes: float
+    runs: list[dict[str, Any]]
+
+    def finals(self, metric: str) -> list[float]:
+        return [run["curve"][-1][metric] for run in self.runs]
+
+    def mean_curve(self) -> list[tuple[float, float]]:
+        """(minutes, accuracy) point by point, averaged over the seeds (their exports share the fractions)."""
+        length = min(len(run["curve"]) for run in self.runs)
+        return [(statistics.fmean(run["curve"][i]["minutes"] for run in self.runs),
+                 statistics.fmean(run["curve"][i]["accuracy"] for run in self.runs)) for i in range(length)]
+
+
+def cells_of(results: list[dict[str, Any]]) -> dict[tuple[str, float], Cell]:
+    cells: dict[tuple[str, float], Cell] = {}
+    for result in results:
+        key = (result["arm"], result["budget_minutes"])
+        cells.setdefault(key, Cell(*key, []))
+        cells[key].runs.append(result)
+    return dict(sorted(cells.items()))
+
+
+def reach_times(cells: dict[tuple[str, float], Cell]) -> tuple[float | None, dict[str, tuple[float, float] | None]]:
+    """(b)'s validation MLM accuracy at its largest budget, and per arm (minutes to reach it, the budget of the run
+    that reached it first), None where none did."""
+    b_budgets = [budget for arm, budget in cells if arm == "b"]
+    if not b_budgets:
+        return None, {}
+    target = statistics.fmean(cells["b", max(b_budgets)].finals("accuracy"))
+    times: dict[str, tuple[float, float] | None] = {}
+    for arm in dict.fromkeys(arm for arm, _ in cells):
+        reached = [(minutes, budget) for (other, budget), cell in cells.items() if other == arm
+                   if (minutes := time_to_reach(cell.mean_curve(), target)) is not None]
+        times[arm] = min(reached) if reached else None
+    return target, times
+
+
+def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
+    settings, machine = report["settings"], report["machine"]
+    data = report["data"]
+    lines = [
+        f"## Time to quality — {settings['model']}, seq {SEQ_LEN}, corpus {settings['corpus']}, torch threads: "
+        f"{settings['threads']}", "",
+        f"- Command: `{report['command']}`",
+        f"- Machine: {machine['cpu']}, {machine['cpu_count']} cores; torch {machine['torch']}, transformers "
+        f"{machine['transformers']}; load average {machine['load_average_start']:.2f} at the start, "
+        f"{machine['load_average_end']:.2f} at the end (of this invocation; the store may hold runs of earlier ones)",
+        f"- Data: {data['train_documents']:,} training documents ({data['train_tokens']:,} tokens by bertforge's "
+        f"count), WordPiece {pv.VOCAB_SIZE}; validation: the last {data['validation_documents']:,} documents, "
+        f"{data['validation_masked_tokens']:,} masked tokens (fixed masks), scored with stock "
+        "`transformers.BertForMaskedLM` on every arm's HF export",
+        f"- Downstream: `bertforge finetune` (recipes/quickstart-finetune-tiny.yaml) of each final model, "
+        f"{settings['downstream_seeds']} seed(s) per task and pre-training seed; supersense "
+        f"{settings['downstream_rows']['supersense'][0]:,} / {settings['downstream_rows']['supersense'][1]:,} and "
+        f"manpages {data['manpages_rows'][0]:,} / {data['manpages_rows'][1]:,} train / test rows", "",
+        "| arm | budget (min) | trained (min) | steps (HF: planned) | tokens seen | MLM accuracy | MLM loss | "
+        "supersense accuracy (%) | manpages accuracy (%) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (arm, budget), cell in cells.items():
+        runs = cell.runs
+        finals = [run["curve"][-1] for run in runs]
+        planned = [run["training"].get("planned_steps") for run in runs]
+        steps = f"{statistics.fmean(p['step'] for p in finals):,.0f}" + (
+            f" ({statistics.fmean(planned):,.0f})" if None not in planned else "")
+        downstream = {task: [a for run in runs for a in run["downstream"][task]] for task in DOWNSTREAM_TASKS}
+        lines.append(
+            f"| {ARM_TITLES[arm]} | {budget:g} | {statistics.fmean(p['minutes'] for p in finals):.2f} | {steps} | "
+            f"{statistics.fmean(p['tokens'] for p in finals):,.0f} | {mean_std(cell.finals('accuracy'))} | "
+            f"{mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)} | "
+            f"{mean_std(downstream['manpages'], 100, 2)} |")
+    target, times = reach_times(cells)
+    lines.append("")
+    if target is None:
+        lines.append("Time to quality: arm (b) is not measured yet, so there is no target.")
+    else:
+        b_budget = max(budget for arm, budget in cells if arm == "b")
+        lines += [f"Time to reach (b)'s validation MLM accuracy at {b_budget:g} minutes ({target:.4f}), interpolated "
+                  "between exports (at 1/8, 1/4, 1/2, 3/4 of each budget and its end), the earliest over the arm's "
+                  "budgets:", "", "| arm | minutes to reach | in the run of | (b)'s budget ÷ that |", "|---|---:|---:|---:|"]
+        for arm, reached in times.items():
+            if reached is None:
+                lines.append(f"| {ARM_TITLES[arm]} | not reached | — | — |")
+                continue
+            minutes, budget = reached
+            first = cells[arm, budget].mean_curve()[0][0]
+            bound = "≤ " if minutes == first else ""
+            lines.append(f"| {ARM_TITLES[arm]} | {bound}{minutes:.2f} | {budget:g} min | {b_budget / minutes:.2f}× |")
+    lines += ["", f"MLM accuracy and loss: mean ± std over pre-training seeds {settings['seeds_present']}; downstream: "
+              "over pre-training × fine-tuning seeds. HF arms' steps are planned by a timed calibration "
+              "(see the script's docstring); a run that ends short of its budget ran out of planned steps."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(cells: dict[tuple[str, float], Cell], target: float | None, title: str, path: Path) -> None:
+    """Validation MLM accuracy vs training minutes: one colour per arm, one line per budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = dict(zip(ARMS, ("tab:orange", "tab:red", "tab:blue", "tab:green"), strict=True))
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=100)
+    labelled: set[str] = set()
+    for (arm, _budget), cell in cells.items():
+        minutes, accuracy = zip(*cell.mean_curve(), strict=True)
+        axes.plot(minutes, accuracy, marker="o", markersize=3, color=colours[arm],
+                  label=None if arm in labelled else ARM_TITLES[arm])
+        labelled.add(arm)
+    if target is not None:
+        axes.axhline(target, color="grey", linestyle="--", linewidth=1, label="(b) at its largest budget")
+    axes.set_xlabel("training minutes (each arm's own clock)")
+    axes.set_ylabel("validation MLM accuracy")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.tmp.png")
+    figure.savefig(temporary)
+    plt.close(figure)
+    temporary.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: bert-tiny, 0.3-minute budgets, 1 downstream seed on 256/128 rows")
+    parser.add_argument("--corpus", default="bundled", choices=("bundled", "debian-docs"),
+                        help="bundled (KJV + WordNet glosses) or debian-docs (scripts/build_pretraining_corpus.py)")
+    parser.add_argument("--budgets", default=None, help="training minutes per run, comma-separated (10,20,40)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="arms to run, comma-separated (a,b,c,d)")
+    parser.add_argument("--seeds", default="42", help="pre-training seeds, comma-separated (42)")
+    parser.add_argument("--downstream-seeds", type=int, default=None, help="fine-tuning seeds per task (3)")
+    parser.add_argument("--model", default=None, help="the classic BERT preset every arm trains (bert-mini)")
+    parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="arm d's recipe (configs/pretrain/budget-cpu.yaml)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "time_to_quality"),
+                        help="inputs, runs and the result store (reused: a re-run skips the done runs)")
+    parser.add_argument("--run-arm", default=None, help=argparse.SUPPRESS)  # internal: the child process
+    arguments = parser.parse_args()
+    if arguments.run_arm is not None:
+        return arguments
+    arguments.arms = [arm.strip() for arm in arguments.arms.split(",")]
+    unknown = sorted(set(arguments.arms) - set(ARMS))
+    if unknown:
+        parser.error(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    arguments.seeds = [int(seed) for seed in arguments.seeds.split(",")]
+    if arguments.budgets is not None:
+        arguments.budgets = [float(budget) for budget in arguments.budgets.split(",")]
+    defaults = QUICK if arguments.quick else {"model": "bert-mini", "budgets": [10.0, 20.0, 40.0], "downstream_seeds": 3,
+                                              "calibration": (CALIBRATION_SECONDS, CALIBRATION_WARMUP),
+                                              "downstream_rows": DOWNSTREAM_ROWS}
+    for key, value in defaults.items():
+        if getattr(arguments, key, None) is None:
+            setattr(arguments, key, value)
+    if arguments.downstream_seeds > len(pv.DOWNSTREAM_SEEDS):
+        parser.error(f"--downstream-seeds is at most {len(pv.DOWNSTREAM_SEEDS)}")
+    return arguments
+
+
+def train_run(key: RunKey, spec_values: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+    """Train one run in a child process (its own threads and memory), or reuse its finished training record."""
+    from bertforge.console import console
+
+    run_dir = runs_dir / key.name
+    record_path, spec_path = run_dir / "training.json", run_dir / "spec.json"
+    spec = RunSpec(arm=key.arm, budget_minutes=key.budget_minutes, seed=key.seed, out_dir=str(run_dir / "train"),
+                   **spec_values)
+    same_spec = spec_path.is_file() and json.loads(spec_path.read_text(encoding="utf-8")) == json.loads(
+        json.dumps(asdict(spec)))
+    if record_path.is_file() and same_spec:  # trained by an earlier invocation that stopped before scoring it
+        return json.loads(record_path.read_text(encoding="utf-8"))
+    record_path.unlink(missing_ok=True)
+    pv.write_atomically(spec_path, json.dumps(asdict(spec), indent=1))
+    console.print(f"[bold]{ARM_TITLES[key.arm]}[/bold]: {key.budget_minutes:g} minutes of {spec.model}, seed {key.seed}")
+    child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
+                           stdout=sys.stderr)
+    if child.returncode != 0:
+        raise SystemExit(f"the run {key.name} failed with exit code {child.returncode} (its output is above); its "
+                         f"spec is {spec_path}")
+    return json.loads(record_path.read_text(encoding="utf-8"))
+
+
+def score_run(key: RunKey, record: dict[str, Any], validation: list[dict[str, Any]], tasks: list[Any],
+              downstream_seeds: int, work: Path, threads: int) -> dict[str, Any]:
+    """Validation MLM loss and accuracy of every export; downstream test accuracy of the final model."""
+    from bertforge.console import console
+
+    curve = [point | pv.mlm_accuracy(point["model_dir"], validation, "cpu") for point in record["points"]]
+    final_dir = record["points"][-1]["model_dir"]
+    downstream = {task.name: [fine_tune_accuracy(final_dir, task, key.name, seed, work, threads)
+                              for seed in pv.DOWNSTREAM_SEEDS[:downstream_seeds]] for task in tasks}
+    console.print(f"{key.name}: validation MLM accuracy {curve[-1]['accuracy']:.4f}, downstream "
+                  + ", ".join(f"{name} {statistics.fmean(values):.4f}" for name, values in downstream.items()))
+    return {"curve": curve, "downstream": downstream}
+
+
+def main() -> None:
+    arguments = parse_arguments()
+    if arguments.run_arm is not None:
+        run_arm(Path(arguments.run_arm))
+        return
+    import torch
+
+    from bertforge.console import console
+
+    corpus = corpus_file(arguments.corpus)
+    tasks = downstream_tasks(arguments.downstream_rows)
+    recipe = Path(arguments.recipe).resolve()
+    if "d" in arguments.arms:
+        check_recipe(recipe, arguments.model)
+    work = Path(arguments.work_dir).resolve()
+    work = (work / "quick" if arguments.quick else work) / arguments.corpus
+    store = ResultStore(work / "results")
+    common = {"corpus": arguments.corpus, "model": arguments.model, "threads": arguments.threads, "seq_len": SEQ_LEN,
+              "vocab_size": pv.VOCAB_SIZE, "export_fractions": list(EXPORT_FRACTIONS),
+              "calibration": list(arguments.calibration), "downstream_seeds": arguments.downstream_seeds,
+              "downstream_rows": {name: [len(task.train), len(task.test)] for name, task in
+                                  zip(DOWNSTREAM_TASKS, tasks, strict=True)}}
+
+    recipe_settings = {"recipe": str(recipe), "recipe_sha256": recipe_fingerprint(recipe) if recipe.is_file() else None}
+
+    def settings_for(arm: str) -> dict[str, Any]:
+        return common | (recipe_settings if arm == "d" else {})
+
+    keys = [RunKey(arm, budget, seed) for seed in arguments.seeds for budget in arguments.budgets
+            for arm in arguments.arms]
+    pending = store.pending(keys, settings_for)
+    torch.set_num_threads(arguments.threads)
+    machine = pv.machine_description("cpu")
+    console.print(f"{len(keys) - len(pending)} of {len(keys)} runs already in {store.directory}; "
+                  f"{len(pending)} to run")
+    pv.quiet_progress_bars()
+    tokenizer_dir, data_dir, manifest = prepare_corpus(corpus, work)
+    if pending:
+        validation = pv.packed_validation_batches(data_dir, pv.EVALUATION_SEED)
+        hf_data = group_texts_dataset(work, tokenizer_dir, corpus, manifest)
+        for key in pending:
+            record = train_run(key, {
+                "model": arguments.model, "threads": arguments.threads, "tokenizer_dir": str(tokenizer_dir),
+                "data_dir": str(data_dir if key.arm in ("c", "d") else hf_data),
+                "recipe": str(recipe) if key.arm == "d" else None, "calibration": arguments.calibration},
+                work / "runs")
+            quality = score_run(key, record, validation, tasks, arguments.downstream_seeds, work, arguments.threads)
+            store.save(key, {"arm": key.arm, "budget_minutes": key.budget_minutes, "seed": key.seed,
+                             "settings": settings_for(key.arm), "machine": machine, "training": record} | quality)
+    machine["load_average_end"] = os.getloadavg()[0]
+    results = [result for result in store.results() if result["settings"] == settings_for(result["arm"])]
+    cells = cells_of(results)
+    train_split = manifest["splits"]["train"]
+    report = {
+        "command": shlex.join(["python", *sys.argv]), "machine": machine,
+        "settings": common | {"seeds_present": sorted({result["seed"] for result in results})},
+        "data": {"train_documents": train_split["documents"], "train_tokens": train_split["tokens"],
+                 "validation_documents": manifest["splits"]["validation"]["documents"],
+                 "validation_masked_tokens": results[0]["curve"][-1]["masked_tokens"] if results else 0,
+                 "manpages_rows": common["downstream_rows"]["manpages"]},
+        "results": results}
+    target, times = reach_times(cells)
+    report["time_to_quality"] = {"target_accuracy": target, "per_arm": times}
+    table = render(report, cells)
+    print(table)
+    destination = work if arguments.quick else RESULTS
+    pv.write_atomically(destination / "time_to_quality.md", table)
+    pv.write_atomically(destination / "time_to_quality.json", json.dumps(report, indent=1))
+    plot_curves(cells, target, f"Time to quality: {arguments.model}, {arguments.corpus} corpus, torch threads: "
+                f"{arguments.threads}", destination / "time_to_quality.png")
+    console.print(f"written to {destination / 'time_to_quality'}.md, .json and .png", soft_wrap=True)
+
+
+if __name__ == "__main__":
+    main()

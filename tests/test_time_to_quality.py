@@ -1,0 +1,140 @@
+"""benchmarks/time_to_quality.py's parts that decide its numbers without a long run: the time-to-reach
+interpolation and its target, the resumable result store, the recipe check of arm (d), and the budget clock
+that stops Hugging Face's `Trainer` (a real one, on a 2-layer BertForMaskedLM)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers.scripts import load_repo_script
+
+ttq = load_repo_script("benchmarks/time_to_quality.py", "time_to_quality_benchmark")
+
+
+def run_result(arm: str, budget: float, curve: list[tuple[float, float]], seed: int = 42) -> dict[str, Any]:
+    return {"arm": arm, "budget_minutes": budget, "seed": seed,
+            "curve": [{"minutes": minutes, "accuracy": accuracy, "loss": 1.0} for minutes, accuracy in curve]}
+
+
+def test_time_to_reach_interpolates_between_the_exports_around_the_first_crossing() -> None:
+    curve = [(1.0, 0.10), (2.0, 0.30), (4.0, 0.50), (5.0, 0.20), (6.0, 0.60)]
+    assert ttq.time_to_reach(curve, 0.40) == pytest.approx(3.0)
+    assert ttq.time_to_reach(curve, 0.50) == pytest.approx(4.0)
+
+
+def test_time_to_reach_is_none_when_never_reached_and_the_first_export_when_reached_there() -> None:
+    assert ttq.time_to_reach([(1.0, 0.1), (2.0, 0.2)], 0.5) is None
+    assert ttq.time_to_reach([(1.5, 0.6), (3.0, 0.7)], 0.5) == 1.5
+
+
+def test_the_target_is_b_at_its_largest_budget_and_each_arm_reaches_it_in_its_earliest_run() -> None:
+    results = [
+        run_result("b", 10.0, [(5.0, 0.20), (10.0, 0.30)]),
+        run_result("b", 40.0, [(20.0, 0.30), (40.0, 0.40)]),
+        # the 10-minute run reaches 0.40 at 7.5 minutes, the 40-minute run only at 15
+        run_result("d", 10.0, [(5.0, 0.30), (10.0, 0.50)]),
+        run_result("d", 40.0, [(10.0, 0.30), (20.0, 0.50)]),
+        run_result("a", 40.0, [(20.0, 0.10), (40.0, 0.20)]),
+    ]
+    target, times = ttq.reach_times(ttq.cells_of(results))
+    assert target == pytest.approx(0.40)
+    assert times["d"] == (pytest.approx(7.5), 10.0)
+    assert times["b"] == (pytest.approx(40.0), 40.0)
+    assert times["a"] is None
+
+
+def test_curves_are_averaged_over_seeds_point_by_point() -> None:
+    cells = ttq.cells_of([run_result("c", 10.0, [(2.0, 0.2), (10.0, 0.4)], seed=1),
+                          run_result("c", 10.0, [(2.2, 0.3), (10.0, 0.6)], seed=2)])
+    assert cells["c", 10.0].mean_curve() == [(pytest.approx(2.1), pytest.approx(0.25)),
+                                             (pytest.approx(10.0), pytest.approx(0.5))]
+
+
+def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_settings(tmp_path: Path) -> None:
+    store = ttq.ResultStore(tmp_path / "results")
+    keys = [ttq.RunKey("c", 10.0, 42), ttq.RunKey("d", 10.0, 42), ttq.RunKey("c", 0.5, 7)]
+    settings = {"c": {"model": "bert-mini"}, "d": {"model": "bert-mini", "recipe_sha256": "abc"}}
+    assert store.pending(keys, settings.__getitem__) == keys
+    store.save(keys[0], run_result("c", 10.0, [(10.0, 0.3)]) | {"settings": settings["c"]})
+    store.save(keys[2], run_result("c", 0.5, [(0.5, 0.1)], seed=7) | {"settings": settings["c"]})
+    assert store.pending(keys, settings.__getitem__) == [keys[1]]
+    assert sorted(path.name for path in store.directory.iterdir()) == ["c-0.5min-seed7.json", "c-10min-seed42.json"]
+    assert [result["seed"] for result in store.results()] == [7, 42]
+    changed = settings | {"c": {"model": "bert-tiny"}}
+    with pytest.raises(SystemExit, match="other settings \\(model"):
+        store.pending(keys, changed.__getitem__)
+
+
+def test_arm_d_refuses_a_missing_recipe_and_one_that_changes_the_model_shape(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="does not exist yet"):
+        ttq.check_recipe(tmp_path / "budget-cpu.yaml", "bert-mini")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model:\n  hidden_dropout: 0.0\nschedule:\n  name: one_cycle\n", encoding="utf-8")
+    ttq.check_recipe(recipe, "bert-mini")  # dropout and schedule are the recipe's to choose
+    recipe.write_text("model:\n  preset: bert-small\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="--model bert-small"):
+        ttq.check_recipe(recipe, "bert-mini")
+    recipe.write_text("model:\n  num_layers: 2\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="model.num_layers"):
+        ttq.check_recipe(recipe, "bert-mini")
+    recipe.write_text("data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="mask_schedule=linear follows the step count.*wall-clock budget alone"):
+        ttq.check_recipe(recipe, "bert-mini")
+
+
+def tiny_hf_trainer(output_dir: Path, callback: Any) -> Any:
+    """HF `Trainer` on a 2-layer BertForMaskedLM and 8 random rows, with steps enough to outlast any budget here."""
+    from transformers import BertConfig, BertForMaskedLM, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=32, max_position_embeddings=32))
+    rows = [{"input_ids": torch.randint(5, 64, (16,))} for _ in range(8)]
+
+    def collate(features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        input_ids = torch.stack([feature["input_ids"] for feature in features])
+        return {"input_ids": input_ids, "labels": input_ids.clone()}
+
+    arguments = TrainingArguments(output_dir=str(output_dir), max_steps=1_000_000, per_device_train_batch_size=4,
+                                  use_cpu=True, report_to="none", save_strategy="no", logging_strategy="no",
+                                  disable_tqdm=True)
+    return Trainer(model=model, args=arguments, train_dataset=rows, data_collator=collate, callbacks=[callback])
+
+
+def test_budget_clock_stops_hf_trainer_at_its_budget_and_leaves_export_time_out(tmp_path: Path) -> None:
+    export_seconds = 0.4
+
+    def export(model: Any, seconds: float, step: int) -> dict[str, Any]:
+        model.save_pretrained(str(tmp_path / f"step-{step}"))
+        time.sleep(export_seconds)  # a slow disk: none of it may count against the budget
+        return {"seconds": seconds, "step": step}
+
+    budget, marks = 1.5, (0.5, 1.0)
+    clock = ttq.BudgetClock(budget, marks, export)
+    trainer = tiny_hf_trainer(tmp_path / "trainer", clock)
+    began = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - began
+
+    assert 0 < trainer.state.global_step < 1_000_000
+    assert budget <= clock.stopped_at < budget + 0.5
+    assert [export["seconds"] >= mark for export, mark in zip(clock.exports, marks, strict=True)] == [True, True]
+    assert [export["step"] for export in clock.exports] == sorted(export["step"] for export in clock.exports)
+    assert all((tmp_path / f"step-{export['step']}" / "config.json").is_file() for export in clock.exports)
+    assert wall >= clock.stopped_at + len(marks) * export_seconds
+
+
+def test_the_calibration_stops_hf_trainer_after_its_seconds_and_times_the_steps_after_warmup(tmp_path: Path) -> None:
+    timing = ttq.StepTiming(seconds=0.5, warmup=3)
+    trainer = tiny_hf_trainer(tmp_path / "calibration", timing)
+    trainer.train()
+
+    steps = trainer.state.global_step
+    assert len(timing.starts) == steps >= 3 + 1 + ttq.MIN_TIMED_STEPS
+    timed = timing.starts[-1] - timing.starts[3]
+    assert 0.5 <= timed < 1.5
+    assert timing.seconds_per_step() == pytest.approx(timed / (steps - 1 - 3))
