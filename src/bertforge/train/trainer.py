@@ -32,6 +32,7 @@ from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
 from bertforge.train import distributed as D
 from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
+from bertforge.train.kept_gradients import KeptGradients
 from bertforge.train.logging import MetricsLogger, TrainingProgress
 from bertforge.train.map_style import MapStyleLoader, iterate_once
 from bertforge.train.optim import (
@@ -120,6 +121,7 @@ class Trainer:
         self.model = D.parallelize(model, self.layers, config.dist, self.env, self.device,
                                    self.precision.fsdp_param_dtype)
         self.raw_model = model
+        self.kept_gradients = KeptGradients(model, enabled=not self.env.distributed and not config.dist.compile)
         if (config.train.ema is not None or config.train.average_last_k is not None) and D.is_fsdp(self.model):
             raise ConfigError("train.ema and train.average_last_k average whole weights, which FSDP shards over the "
                               "ranks; use dist.strategy=ddp or zero1 with them")
@@ -420,7 +422,7 @@ class Trainer:
                     self.optimizer.step()
                 if self.ema is not None:
                     self.ema.update(self.raw_model)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.kept_gradients.zero_grad(self.optimizer)
         return global_loss, step_metrics, int(token_sum), non_finite
 
     def _step_runner(self) -> StepRunner:
