@@ -18,10 +18,11 @@ four arms, each trained for each of the `--budgets` (minutes of training on this
   document packed up to 128 tokens), as `pretrain_vs_hf.py`'s `bertforge` arm;
 - `d`: `bertforge pretrain` with the budget recipe, `configs/pretrain/budget-cpu.yaml` (`--recipe`):
   every key of it except where and how long it runs (run.*, data.path, the budget keys, evaluation
-  and logging), on the same prepared dataset. Its model section must not change the shape.
+  and logging), on the same prepared dataset. Its model section must not change the shape; its
+  switches keyed to the step count get a step budget as well (below).
 
 The budget. bertforge trains with `train.max_time_minutes`: its clock (`TrainingState.elapsed_seconds`)
-counts the optimizer-step loop (data, forward, backward, optimizer, logging), not the set-up, its
+counts the optimizer steps (data, forward, backward, optimizer), not the set-up, logging, its
 evaluation or checkpoints, and its schedule follows that clock, so its learning rate reaches zero at
 the budget. HF `Trainer` has no time budget: `BudgetClock` (a `TrainerCallback`) runs a clock from
 `on_train_begin`, stops training when it passes the budget, and is paused while it exports. HF's
@@ -32,6 +33,20 @@ steps, and `max_steps = budget / seconds per step`. The calibration is thrown aw
 estimate: where the real run is slower (a busier machine, slower later steps), the clock stops it
 before its learning rate has decayed to zero; where it is faster, it runs out of steps before the
 budget and its curve ends early. Each run records planned and done steps and its minutes.
+
+Arm (d)'s recipe may turn on switches that bertforge keys to the step count (`step_keyed_switches`:
+`data.mask_schedule`, `data.seq_len_schedule`, `train.batch_ramp_start`), which it refuses under a
+time budget alone. With any of them, arm (d)'s steps are planned as HF's are: a calibration, a
+bertforge run of the recipe on the same prepared data, thrown away, timed by its own clock
+(`elapsed_seconds`) over `CALIBRATION_SECONDS` after `CALIBRATION_WARMUP` steps, and the run gets
+both `train.max_steps = budget / seconds per step` and `train.max_time_minutes`: its schedules, the
+learning rate's included, follow the steps, and the time budget is a hard stop. The calibration
+runs the recipe's most expensive step throughout (`calibration_overrides`): the full batch (no
+ramp), full-length samples (no shorter phases) and the higher of its mask rates (the vocabulary
+projection runs only on masked rows). The ramp's and the short phases' early steps are cheaper, so
+such a run tends to finish its steps before the budget: conservative, its schedules run to their
+end, at the cost of some unused minutes (its record says how many steps were planned and done). A
+recipe with only time-keyed switches trains for `train.max_time_minutes` alone, as arm (c) does.
 
 Along each run the model is exported in HF format at 1/8, 1/4, 1/2 and 3/4 of the budget (by each
 arm's own clock, not counted in it) and at the end (`final/`); with `train.ema` bertforge's exports
@@ -256,6 +271,28 @@ class ExportingTrainer(BertforgeTrainer):
         return curve_point(state.elapsed_seconds, state.step, state.consumed_tokens, directory)
 
 
+class CalibratingTrainer(BertforgeTrainer):
+    """Arm d's calibration: bertforge's trainer stopped once `seconds` of its own clock (`elapsed_seconds`, the one
+    its time budget follows) have passed after `warmup` steps (and at least `MIN_TIMED_STEPS` steps were timed)."""
+
+    def __init__(self, config: Any, task: Any, seconds: float, warmup: int) -> None:
+        super().__init__(config, task)
+        self.seconds, self.warmup = seconds, warmup
+        self.warm_elapsed = 0.0  # the clock when the warm-up steps were done
+
+    def _budget_spent(self, state: Any, total_steps: int | None) -> bool:
+        if state.step == self.warmup:
+            self.warm_elapsed = state.elapsed_seconds
+        timed = state.step - self.warmup
+        if timed >= MIN_TIMED_STEPS and state.elapsed_seconds - self.warm_elapsed >= self.seconds:
+            return True
+        return super()._budget_spent(state, total_steps)
+
+    def seconds_per_step(self, state: Any) -> float:
+        """Over the steps after warm-up, by the run's own clock."""
+        return (state.elapsed_seconds - self.warm_elapsed) / (state.step - self.warmup)
+
+
 def curve_point(seconds: float, step: int, tokens: int, model_dir: Path) -> dict[str, Any]:
     return {"minutes": seconds / 60, "step": step, "tokens": tokens, "model_dir": str(model_dir)}
 
@@ -348,32 +385,72 @@ def run_hf_arm(spec: RunSpec) -> dict[str, Any]:
                 "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm")}}
 
 
-def bertforge_config(spec: RunSpec) -> Any:
-    """Arm c: the tuned hyperparameters; arm d: the recipe. Both: this run's place, data, budget and seed."""
+def bertforge_config(spec: RunSpec, max_steps: int | None = None, overrides: tuple[str, ...] = ()) -> Any:
+    """Arm c: the tuned hyperparameters; arm d: the recipe. Both: this run's place, data, budget and seed, then
+    `overrides`. With `max_steps` the run has both budgets: its schedules follow the steps, the time stops it."""
     from bertforge.config import load_config
 
     placement = [
         "run.name=bertforge", f"run.output_dir={spec.out_dir}", f"run.seed={spec.seed}", "run.device=cpu",
         "run.resume=never", f"data.path={spec.data_dir}", f"model.preset={spec.model}",
-        f"train.max_time_minutes={spec.budget_minutes}", "train.max_steps=null", "train.max_tokens=null",
-        "train.max_epochs=null", "train.eval_every=1000000000", "log.progress=false", "log.tensorboard=false"]
+        f"train.max_time_minutes={spec.budget_minutes}", f"train.max_steps={'null' if max_steps is None else max_steps}",
+        "train.max_tokens=null", "train.max_epochs=null", "train.eval_every=1000000000", "log.progress=false",
+        "log.tensorboard=false", *overrides]
     if spec.arm == "d":
         return load_config(spec.recipe, placement)
     return load_config(None, TUNED.bertforge_overrides() + placement)
 
 
+def step_keyed_switches(config: Any) -> list[str]:
+    """The config keys of `config` that bertforge follows with the step count: they need `train.max_steps`."""
+    switches = [("data.mask_schedule", config.data.mask_schedule != "constant"),
+                ("data.seq_len_schedule", bool(config.data.seq_len_schedule)),
+                ("train.batch_ramp_start", config.train.batch_ramp_start is not None)]
+    return [key for key, on in switches if on]
+
+
+def calibration_overrides(config: Any) -> tuple[str, ...]:
+    """`config`'s most expensive step, every step: the full batch, full-length samples and the higher of its mask
+    rates (the vocabulary projection runs only on masked rows), so that the steps planned from it fit the budget.
+    Its evaluation at the end, thrown away with the run, scores one validation sample."""
+    mask_prob = max(config.data.mask_prob, config.data.mask_prob_start or 0.0)
+    return ("run.name=calibration", "train.max_time_minutes=null", "train.batch_ramp_start=null",
+            "data.seq_len_schedule=[]", "data.mask_schedule=constant", "data.mask_prob_start=null",
+            f"data.mask_prob={mask_prob}", "data.validation_samples=1")
+
+
+def calibrate_bertforge(spec: RunSpec, config: Any) -> float:
+    """Seconds per step of `config`'s most expensive step (`calibration_overrides`), timed by a short bertforge run
+    on the same data that is then thrown away."""
+    from bertforge.tasks.pretrain import PretrainTask
+
+    calibration = bertforge_config(spec, max_steps=1_000_000, overrides=calibration_overrides(config))
+    trainer = CalibratingTrainer(calibration, PretrainTask(calibration), *spec.calibration)
+    result = trainer.fit()  # stopped by the trainer's own calibration clock
+    shutil.rmtree(result.run_dir)
+    return trainer.seconds_per_step(result.state)
+
+
 def run_bertforge_arm(spec: RunSpec) -> dict[str, Any]:
-    """Arm c or d: `train.max_time_minutes`, exporting along bertforge's own clock."""
+    """Arm c or d: `train.max_time_minutes`, exporting along bertforge's own clock; arm d's step-keyed switches
+    add `train.max_steps`, planned by a calibration."""
     from bertforge.tasks.pretrain import PretrainTask
 
     config = bertforge_config(spec)
+    planned: dict[str, Any] = {}
+    if step_keyed_switches(config):
+        seconds_per_step = calibrate_bertforge(spec, config)
+        planned_steps = max(1, int(spec.budget_minutes * 60 / seconds_per_step))
+        config = bertforge_config(spec, max_steps=planned_steps)
+        planned = {"planned_steps": planned_steps, "calibration_seconds_per_step": seconds_per_step,
+                   "step_keyed_switches": step_keyed_switches(config)}
     trainer = ExportingTrainer(config, PretrainTask(config), export_marks(spec.budget_minutes),
                                Path(spec.out_dir) / "exports")
     result = trainer.fit()
     state = result.state
     final = curve_point(state.elapsed_seconds, state.step, state.consumed_tokens, result.run_dir / "final")
     return {"points": curve_points(trainer.exports, final),
-            "stopped_by": result.stopped_by,
+            "stopped_by": result.stopped_by, **planned,
             "hyperparameters": {"optim": asdict(config.optim), "schedule": asdict(config.schedule),
                                 "train": asdict(config.train), "model": asdict(config.model),
                                 "data": {key: value for key, value in asdict(config.data).items()
@@ -457,8 +534,6 @@ def group_texts_dataset(work: Path, tokenizer_dir: Path, corpus: Path, manifest:
 def check_recipe(recipe: Path, model: str) -> None:
     """Arm d's recipe must exist, keep the benchmark's model shape and its 128-token samples."""
     from bertforge.config import Config, load_config
-    from bertforge.data.curriculum import DataCurriculum
-    from bertforge.errors import ConfigError
 
     if not recipe.is_file():
         raise SystemExit(f"error: arm d trains the budget recipe {recipe}, which does not exist yet; write it, give "
@@ -471,16 +546,6 @@ def check_recipe(recipe: Path, model: str) -> None:
     if changed:
         raise SystemExit(f"error: {recipe} changes the model's shape (model.{', model.'.join(changed)}); every arm "
                          f"trains the {model} preset, which the HF arms build as BertForMaskedLM: remove those keys")
-    # bertforge follows these switches with the step count and refuses them under a wall-clock budget alone:
-    # say so now, not after hours of the other arms
-    try:
-        DataCurriculum.from_config(config.data).check_budget(None)
-        if config.train.batch_ramp_start is not None:  # the rule of Trainer._apply_batch_ramp
-            raise ConfigError("train.batch_ramp_start grows the batch over a fraction of the steps")
-    except ConfigError as error:
-        raise SystemExit(f"error: {recipe}: {str(error).split(';')[0]}; arm d trains for a wall-clock budget alone "
-                         "(train.max_time_minutes), which bertforge does not allow with this switch until it keys it "
-                         "to elapsed time as it does the learning rate: leave the switch out of the recipe") from None
     if config.data.seq_len != SEQ_LEN:
         raise SystemExit(f"error: {recipe} sets data.seq_len={config.data.seq_len}; the benchmark prepares "
                          f"{SEQ_LEN}-token samples for every arm (shorter phases go in data.seq_len_schedule)")
@@ -668,7 +733,7 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         f"{settings['downstream_seeds']} seed(s) per task and pre-training seed; supersense "
         f"{settings['downstream_rows']['supersense'][0]:,} / {settings['downstream_rows']['supersense'][1]:,} and "
         f"manpages {data['manpages_rows'][0]:,} / {data['manpages_rows'][1]:,} train / test rows", "",
-        "| arm | budget (min) | trained (min) | steps (HF: planned) | tokens seen | MLM accuracy | MLM loss | "
+        "| arm | budget (min) | trained (min) | steps (planned) | tokens seen | MLM accuracy | MLM loss | "
         "supersense accuracy (%) | manpages accuracy (%) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (arm, budget), cell in cells.items():
@@ -701,8 +766,9 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
             bound = "≤ " if minutes == first else ""
             lines.append(f"| {ARM_TITLES[arm]} | {bound}{minutes:.2f} | {budget:g} min | {b_budget / minutes:.2f}× |")
     lines += ["", f"MLM accuracy and loss: mean ± std over pre-training seeds {settings['seeds_present']}; downstream: "
-              "over pre-training × fine-tuning seeds. HF arms' steps are planned by a timed calibration "
-              "(see the script's docstring); a run that ends short of its budget ran out of planned steps."]
+              "over pre-training × fine-tuning seeds. Planned steps: HF's arms, and arm (d) where its recipe has "
+              "switches keyed to the step count, are sized by a timed calibration (see the script's docstring); a "
+              "run that ends short of its budget ran out of planned steps."]
     return "\n".join(lines) + "\n"
 
 

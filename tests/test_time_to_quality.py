@@ -1,6 +1,7 @@
 """benchmarks/time_to_quality.py's parts that decide its numbers without a long run: the time-to-reach
-interpolation and its target, the resumable result store, the recipe check of arm (d), and the budget clock
-that stops Hugging Face's `Trainer` (a real one, on a 2-layer BertForMaskedLM)."""
+interpolation and its target, the resumable result store, the recipe check of arm (d) and the budgets its
+step-keyed switches get, and the budget clock that stops Hugging Face's `Trainer` (a real one, on a 2-layer
+BertForMaskedLM)."""
 
 from __future__ import annotations
 
@@ -82,8 +83,58 @@ def test_arm_d_refuses_a_missing_recipe_and_one_that_changes_the_model_shape(tmp
     with pytest.raises(SystemExit, match="model.num_layers"):
         ttq.check_recipe(recipe, "bert-mini")
     recipe.write_text("data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n", encoding="utf-8")
-    with pytest.raises(SystemExit, match="mask_schedule=linear follows the step count.*wall-clock budget alone"):
-        ttq.check_recipe(recipe, "bert-mini")
+    ttq.check_recipe(recipe, "bert-mini")  # step-keyed: arm d gives it train.max_steps as well
+
+
+STEP_KEYED_RECIPE = """\
+data:
+  mask_schedule: linear
+  mask_prob_start: 0.3
+  seq_len_schedule:
+  - {seq_len: 64, until: 0.5}
+train:
+  micro_batch_size: 8
+  global_batch_size: 32
+  batch_ramp_start: 8
+  ema: 0.999
+"""
+
+
+def arm_d_spec(tmp_path: Path, recipe_text: str) -> Any:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(recipe_text, encoding="utf-8")
+    return ttq.RunSpec(arm="d", budget_minutes=10.0, seed=42, model="bert-mini", threads=1, out_dir=str(tmp_path / "out"),
+                       tokenizer_dir=str(tmp_path / "tokenizer"), data_dir=str(tmp_path / "data"), recipe=str(recipe),
+                       calibration=(20.0, 5))
+
+
+@pytest.mark.parametrize(("recipe_text", "switches"), [
+    (STEP_KEYED_RECIPE, ["data.mask_schedule", "data.seq_len_schedule", "train.batch_ramp_start"]),
+    ("data:\n  seq_len_schedule:\n  - {seq_len: 64, until: 0.9}\n", ["data.seq_len_schedule"]),
+    ("train:\n  micro_batch_size: 8\n  batch_ramp_start: 16\n", ["train.batch_ramp_start"]),
+    ("schedule:\n  name: one_cycle\ntrain:\n  ema: 0.999\noptim:\n  name: stable_adamw\n", []),
+], ids=["all-three", "sequence-length-phases", "batch-ramp", "time-keyed-only"])
+def test_step_keyed_switches_are_the_mask_schedule_the_sequence_length_phases_and_the_batch_ramp(
+        tmp_path: Path, recipe_text: str, switches: list[str]) -> None:
+    assert ttq.step_keyed_switches(ttq.bertforge_config(arm_d_spec(tmp_path, recipe_text))) == switches
+
+
+def test_arm_d_with_step_keyed_switches_trains_for_planned_steps_with_the_time_budget_as_a_hard_stop(
+        tmp_path: Path) -> None:
+    spec = arm_d_spec(tmp_path, STEP_KEYED_RECIPE)
+    time_only = ttq.bertforge_config(spec)
+    assert (time_only.train.max_steps, time_only.train.max_time_minutes) == (None, 10.0)
+
+    both = ttq.bertforge_config(spec, max_steps=1234)
+    assert (both.train.max_steps, both.train.max_time_minutes) == (1234, 10.0)
+    assert (both.data.mask_schedule, both.data.mask_prob_start, both.train.batch_ramp_start) == ("linear", 0.3, 8)
+
+    # the calibration times the recipe's most expensive step: full batch and length, the higher mask rate
+    calibration = ttq.bertforge_config(spec, max_steps=1_000_000, overrides=ttq.calibration_overrides(time_only))
+    assert ttq.step_keyed_switches(calibration) == []
+    assert (calibration.data.mask_prob, calibration.train.global_batch_size, calibration.data.seq_len) == (0.3, 32, 128)
+    assert (calibration.train.max_steps, calibration.train.max_time_minutes) == (1_000_000, None)
+    assert (calibration.run.name, calibration.train.ema) == ("calibration", 0.999)
 
 
 def tiny_hf_trainer(output_dir: Path, callback: Any) -> Any:
