@@ -87,3 +87,20 @@ def test_evaluation_and_disabled_runs_use_the_stock_lookup() -> None:
     KeptGradients(model, enabled=True)
     with torch.no_grad():
         classification_loss(model, seed=1)  # no graph, no in-place add
+
+
+def test_a_single_process_cpu_fine_tune_keeps_the_word_gradient(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from helpers.finetuning import TINY_MODEL, minilm_dir, run_config, supersense_files
+
+    from bertforge.tasks.classify import ClassificationTask
+    from bertforge.train.trainer import Trainer
+
+    config = run_config(tmp_path / "run", *TINY_MODEL, *supersense_files(tmp_path / "data", train=64, validation=16,
+                                                                          test=16),
+                        f"model.tokenizer={minilm_dir()}", "train.max_steps=3", "train.micro_batch_size=16",
+                        "train.global_batch_size=16", "run.device=cpu")
+    trainer = Trainer(config, ClassificationTask(config))
+    trainer.fit()
+    (word,) = trainer.kept_gradients.parameters
+    assert word is trainer.raw_model.encoder.embeddings.word_embeddings.weight
+    assert word.grad is not None and torch.count_nonzero(word.grad) == 0  # kept and zeroed after the last step

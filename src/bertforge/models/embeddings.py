@@ -4,7 +4,7 @@ With `position = rope | alibi` positions enter inside attention instead, and Mod
 types (`type_vocab_size = 0`); the norm and dropout are common to all variants.
 
 The word-embedding gradient can be added in place into a kept `.grad` (`accumulate_word_gradient_in_place`,
-which the trainer sets for single-process runs: `bertforge.train.kept_gradients`). Why: autograd's embedding
+which the trainer sets for single-process CPU runs: `bertforge.train.kept_gradients`). Why: autograd's embedding
 backward returns a fresh dense [vocab, hidden] tensor every step (47 MB for MiniLM's 30,522 x 384)
 while a step touches a few hundred rows; on CPU glibc hands a block that large straight back to the
 kernel, so each step pays page faults to map and zero it again: 12 ms against 1.5 ms for zeroing a

@@ -5,8 +5,10 @@ With it on, each `Embeddings` module adds its rows' gradients into its weight's 
 `zero_grad` zeroes that one buffer where the optimizer would set it to None. Every other gradient
 is freed as before.
 
-Single process only, without `torch.compile`: DDP's and FSDP's reducers are driven by autograd's
-gradient accumulation, which the in-place path skips, and a compiled graph would break at it.
+On CPU, in a single process, without `torch.compile`: DDP's and FSDP's reducers are driven by
+autograd's gradient accumulation, which the in-place path skips; a compiled graph would break at
+it; and on a GPU the caching allocator already reuses the block, while `index_add_`'s atomics there
+would make the order of the sums, and so exact resume, nondeterministic.
 """
 
 from __future__ import annotations

@@ -121,7 +121,8 @@ class Trainer:
         self.model = D.parallelize(model, self.layers, config.dist, self.env, self.device,
                                    self.precision.fsdp_param_dtype)
         self.raw_model = model
-        self.kept_gradients = KeptGradients(model, enabled=not self.env.distributed and not config.dist.compile)
+        self.kept_gradients = KeptGradients(model, enabled=self.device.type == "cpu" and not self.env.distributed
+                                            and not config.dist.compile)
         if (config.train.ema is not None or config.train.average_last_k is not None) and D.is_fsdp(self.model):
             raise ConfigError("train.ema and train.average_last_k average whole weights, which FSDP shards over the "
                               "ranks; use dist.strategy=ddp or zero1 with them")
