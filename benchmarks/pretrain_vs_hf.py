@@ -730,13 +730,18 @@ def train_arm(arm: str, seed: int, spec_values: dict[str, Any], work: Path) -> d
     console.print(f"[bold]{ARM_TITLES[arm]}[/bold] (seed {seed}): training {spec.model} on {spec.tokens:,} tokens")
     result_path = spec_path.with_name(f"{spec_path.stem}.result.json")
     result_path.unlink(missing_ok=True)
-    # the child's stdout (HF's log lines) goes to our stderr: stdout carries only the table
-    child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
-                           stdout=sys.stderr)
-    if child.returncode != 0:
-        raise SystemExit(f"the {ARM_TITLES[arm]} arm failed with exit code {child.returncode} (its output is "
-                         f"above); its spec is {spec_path}")
+    run_in_child(Path(__file__), spec_path, f"the {ARM_TITLES[arm]} arm")
     return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def run_in_child(script: Path, spec_path: Path, what: str) -> None:
+    """`script --run-arm spec_path` in a fresh process (its own peak RSS and threads); exit if it fails.
+
+    The child's stdout (HF's log lines) goes to our stderr: stdout carries only the table."""
+    child = subprocess.run([sys.executable, str(script.resolve()), "--run-arm", str(spec_path)], stdout=sys.stderr)
+    if child.returncode != 0:
+        raise SystemExit(f"{what} failed with exit code {child.returncode} (its output is above); its spec is "
+                         f"{spec_path}")
 
 
 def main() -> None:

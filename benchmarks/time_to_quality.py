@@ -96,7 +96,6 @@ import os
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -858,11 +857,7 @@ def train_run(key: RunKey, spec_values: dict[str, Any], runs_dir: Path) -> dict[
     record_path.unlink(missing_ok=True)
     pv.write_atomically(spec_path, json.dumps(asdict(spec), indent=1))
     console.print(f"[bold]{ARM_TITLES[key.arm]}[/bold]: {key.budget_minutes:g} minutes of {spec.model}, seed {key.seed}")
-    child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
-                           stdout=sys.stderr)
-    if child.returncode != 0:
-        raise SystemExit(f"the run {key.name} failed with exit code {child.returncode} (its output is above); its "
-                         f"spec is {spec_path}")
+    pv.run_in_child(Path(__file__), spec_path, f"the run {key.name}")
     return json.loads(record_path.read_text(encoding="utf-8"))
 
 
