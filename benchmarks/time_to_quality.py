@@ -668,6 +668,8 @@ def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | No
 
 
 def mean_std(values: list[float], scale: float = 1.0, digits: int = 4) -> str:
+    if not values:  # e.g. no downstream fine-tunes (`--downstream-seeds 0`)
+        return "—"
     mean = f"{scale * statistics.fmean(values):.{digits}f}"
     return f"{mean} ± {scale * statistics.stdev(values):.{digits}f}" if len(values) > 1 else mean
 
@@ -820,6 +822,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "time_to_quality"),
                         help="inputs, runs and the result store (reused: a re-run skips the done runs)")
+    parser.add_argument("--report-dir", default=None,
+                        help="where the report goes (benchmarks/results; the work directory with --quick), e.g. "
+                             "elsewhere for a screening run that must not replace the study's report")
     parser.add_argument("--run-arm", default=None, help=argparse.SUPPRESS)  # internal: the child process
     arguments = parser.parse_args()
     if arguments.run_arm is not None:
@@ -870,8 +875,8 @@ def score_run(key: RunKey, record: dict[str, Any], validation: list[dict[str, An
     final_dir = record["points"][-1]["model_dir"]
     downstream = {task.name: [fine_tune_accuracy(final_dir, task, key.name, seed, work, threads)
                               for seed in pv.DOWNSTREAM_SEEDS[:downstream_seeds]] for task in tasks}
-    console.print(f"{key.name}: validation MLM accuracy {curve[-1]['accuracy']:.4f}, downstream "
-                  + ", ".join(f"{name} {statistics.fmean(values):.4f}" for name, values in downstream.items()))
+    console.print(f"{key.name}: validation MLM accuracy {curve[-1]['accuracy']:.4f}" + "".join(
+        f", {name} {statistics.fmean(values):.4f}" for name, values in downstream.items() if values))
     return {"curve": curve, "downstream": downstream}
 
 
@@ -940,7 +945,7 @@ def main() -> None:
     report["time_to_quality"] = {"target_accuracy": target, "per_arm": times}
     table = render(report, cells)
     print(table)
-    destination = work if arguments.quick else RESULTS
+    destination = Path(arguments.report_dir) if arguments.report_dir else work if arguments.quick else RESULTS
     pv.write_atomically(destination / "time_to_quality.md", table)
     pv.write_atomically(destination / "time_to_quality.json", json.dumps(report, indent=1))
     plot_curves(cells, target, f"Time to quality: {arguments.model}, {arguments.corpus} corpus, torch threads: "

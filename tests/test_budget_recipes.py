@@ -92,6 +92,38 @@ def assert_resume_is_exact(data: Path, tmp_path: Path, overrides: list[str], *, 
     return first, resumed
 
 
+# --- the shipped budget recipes ---------------------------------------------------------------------
+
+RECIPES = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+
+
+def test_the_cpu_budget_recipe_trains_for_its_time_budget_without_dropout(prepared_mlm: Path, tmp_path: Path) -> None:
+    """configs/pretrain/budget-cpu.yaml as shipped (only where, on what and for how long changed): its keys work
+    together under a time-only budget, the trainer stops on the clock, and dropout, the switch it turns on, is off
+    in the model that trains."""
+    run_dir = tmp_path / "budget-cpu"
+    config = load_config(RECIPES / "budget-cpu.yaml", [
+        f"data.path={prepared_mlm}", f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}",
+        "train.max_time_minutes=0.03", "train.eval_every=null", "train.checkpoint_every=null", "log.progress=false",
+        "log.tensorboard=false", "data.num_workers=0", "data.validation_samples=16"])
+    assert config.train.max_steps is None and config.model.hidden_dropout == config.model.attention_dropout == 0.0
+    result = Trainer(config, PretrainTask(config)).fit()
+    assert result.stopped_by == "budget" and result.state.step > 0
+    exported = json.loads((run_dir / "final" / "config.json").read_text(encoding="utf-8"))
+    assert exported["hidden_dropout_prob"] == exported["attention_probs_dropout_prob"] == 0.0
+
+
+def test_the_gpu_budget_recipe_is_the_cpu_recipe_at_bert_base_scale() -> None:
+    """budget-gpu.yaml (not run here) carries the same switches as the measured CPU recipe."""
+    cpu, gpu = (load_config(RECIPES / name) for name in ("budget-cpu.yaml", "budget-gpu.yaml"))
+    assert gpu.model.preset == "bert-base" and gpu.train.max_time_minutes == 24 * 60
+    switches = ("model.hidden_dropout", "model.attention_dropout", "data.mask_schedule", "data.seq_len_schedule",
+                "train.batch_ramp_start", "train.ema", "train.average_last_k", "optim.name", "schedule.name")
+    for key in switches:
+        section, name = key.split(".")
+        assert getattr(getattr(gpu, section), name) == getattr(getattr(cpu, section), name), key
+
+
 # --- data.mask_schedule ------------------------------------------------------------------------------
 
 

@@ -84,6 +84,7 @@ def test_arm_d_refuses_a_missing_recipe_and_one_that_changes_the_model_shape(tmp
         ttq.check_recipe(recipe, "bert-mini")
     recipe.write_text("data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n", encoding="utf-8")
     ttq.check_recipe(recipe, "bert-mini")  # step-keyed: arm d gives it train.max_steps as well
+    ttq.check_recipe(ttq.DEFAULT_RECIPE, "bert-mini")  # the shipped recipe is one arm d can train
 
 
 STEP_KEYED_RECIPE = """\
