@@ -437,12 +437,12 @@ def run_bertforge_arm(spec: RunSpec) -> dict[str, Any]:
 
     config = bertforge_config(spec)
     planned: dict[str, Any] = {}
-    if step_keyed_switches(config):
+    if switches := step_keyed_switches(config):
         seconds_per_step = calibrate_bertforge(spec, config)
         planned_steps = max(1, int(spec.budget_minutes * 60 / seconds_per_step))
         config = bertforge_config(spec, max_steps=planned_steps)
         planned = {"planned_steps": planned_steps, "calibration_seconds_per_step": seconds_per_step,
-                   "step_keyed_switches": step_keyed_switches(config)}
+                   "step_keyed_switches": switches}
     trainer = ExportingTrainer(config, PretrainTask(config), export_marks(spec.budget_minutes),
                                Path(spec.out_dir) / "exports")
     result = trainer.fit()
