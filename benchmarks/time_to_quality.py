@@ -570,9 +570,10 @@ def downstream_tasks(rows: dict[str, tuple[int, int]]) -> list[Any]:
 # quality
 
 
-def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Path, threads: int) -> float:
+def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Path, threads: int,
+                       overrides: tuple[str, ...] = ()) -> float:
     """`pretrain_vs_hf.fine_tune_accuracy` for any classification task of `parity.load_task`: the quickstart's
-    fine-tuning recipe with a fresh pooler and classifier, test accuracy at the end."""
+    fine-tuning recipe with a fresh pooler and classifier (plus `overrides`), test accuracy at the end."""
     import torch
 
     from bertforge.config import finetune_defaults, load_config
@@ -592,7 +593,7 @@ def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Pa
         f"run.output_dir={work / 'downstream'}", f"run.name={run_name}", f"run.seed={seed}", "run.device=cpu",
         "run.resume=never", f"model.init_from={model_dir}", f"finetune.train_file={files['train']}",
         f"finetune.test_file={files['test']}", f"finetune.labels=[{labels}]", "train.best_metric=null",
-        "log.progress=false", "log.tensorboard=false"], base=finetune_defaults())
+        "log.progress=false", "log.tensorboard=false", *overrides], base=finetune_defaults())
     shutil.rmtree(work / "downstream" / run_name, ignore_errors=True)  # a re-scored run starts afresh
     result = BertforgeTrainer(config, ClassificationTask(config)).fit()
     return json.loads((result.run_dir / "test_results.json").read_text())["metrics"]["accuracy"]

@@ -27,6 +27,7 @@ from bertforge.data.pretraining_loader import PretrainingLoader
 from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.errors import ConfigError
+from bertforge.models.dropout import Dropout
 from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.task import Batch
 from bertforge.train.trainer import FitResult, Trainer
@@ -100,28 +101,54 @@ RECIPES = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
 def test_the_cpu_budget_recipe_trains_for_its_time_budget_without_dropout(prepared_mlm: Path, tmp_path: Path) -> None:
     """configs/pretrain/budget-cpu.yaml as shipped (only where, on what and for how long changed): its keys work
     together under a time-only budget, the trainer stops on the clock, and dropout, the switch it turns on, is off
-    in the model that trains."""
+    in the model that trains, while the exported config keeps bert-mini's rates for fine-tuning."""
     run_dir = tmp_path / "budget-cpu"
     config = load_config(RECIPES / "budget-cpu.yaml", [
         f"data.path={prepared_mlm}", f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}",
         "train.max_time_minutes=0.03", "train.eval_every=null", "train.checkpoint_every=null", "log.progress=false",
         "log.tensorboard=false", "data.num_workers=0", "data.validation_samples=16"])
-    assert config.train.max_steps is None and config.model.hidden_dropout == config.model.attention_dropout == 0.0
-    result = Trainer(config, PretrainTask(config)).fit()
+    assert config.train.max_steps is None and config.train.disable_dropout
+    trainer = Trainer(config, PretrainTask(config))
+    result = trainer.fit()
     assert result.stopped_by == "budget" and result.state.step > 0
+    probabilities = [module.p for module in trainer.raw_model.modules() if isinstance(module, Dropout)]
+    assert probabilities and set(probabilities) == {0.0}
     exported = json.loads((run_dir / "final" / "config.json").read_text(encoding="utf-8"))
-    assert exported["hidden_dropout_prob"] == exported["attention_probs_dropout_prob"] == 0.0
+    assert exported["hidden_dropout_prob"] == exported["attention_probs_dropout_prob"] == 0.1
 
 
 def test_the_gpu_budget_recipe_is_the_cpu_recipe_at_bert_base_scale() -> None:
     """budget-gpu.yaml (not run here) carries the same switches as the measured CPU recipe."""
     cpu, gpu = (load_config(RECIPES / name) for name in ("budget-cpu.yaml", "budget-gpu.yaml"))
     assert gpu.model.preset == "bert-base" and gpu.train.max_time_minutes == 24 * 60
-    switches = ("model.hidden_dropout", "model.attention_dropout", "data.mask_schedule", "data.seq_len_schedule",
+    switches = ("train.disable_dropout", "model.hidden_dropout", "model.attention_dropout", "data.mask_schedule", "data.seq_len_schedule",
                 "train.batch_ramp_start", "train.ema", "train.average_last_k", "optim.name", "schedule.name")
     for key in switches:
         section, name = key.split(".")
         assert getattr(getattr(gpu, section), name) == getattr(getattr(cpu, section), name), key
+
+
+# --- train.disable_dropout ---------------------------------------------------------------------------
+
+
+def test_disable_dropout_trains_as_a_model_without_dropout_and_exports_the_model_s_rates(prepared_mlm: Path,
+                                                                                        tmp_path: Path) -> None:
+    """train.disable_dropout on a model with dropout 0.1 trains bitwise as the same model built with dropout 0, and
+    its final/config.json keeps 0.1 (the rates fine-tuning will use); without the switch the dropout changes the run."""
+    runs = {}
+    for name, overrides in (("switched", ["train.disable_dropout=true"]),
+                            ("zero", ["model.hidden_dropout=0.0", "model.attention_dropout=0.0"]),
+                            ("dropout", [])):
+        config = run_config(prepared_mlm, tmp_path / name, "train.max_steps=3", "model.attention_dropout=0.1",
+                            *overrides)
+        Trainer(config, PretrainTask(config)).fit()
+        runs[name] = (load_file(str(tmp_path / name / "final" / "model.safetensors")),
+                      json.loads((tmp_path / name / "final" / "config.json").read_text(encoding="utf-8")))
+    (switched, switched_config), (zero, zero_config), (dropout, _) = runs["switched"], runs["zero"], runs["dropout"]
+    assert switched.keys() == zero.keys() and all(torch.equal(switched[key], zero[key]) for key in switched)
+    assert not all(torch.equal(switched[key], dropout[key]) for key in switched)
+    assert switched_config["hidden_dropout_prob"] == switched_config["attention_probs_dropout_prob"] == 0.1
+    assert zero_config["hidden_dropout_prob"] == 0.0
 
 
 # --- data.mask_schedule ------------------------------------------------------------------------------

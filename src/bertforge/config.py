@@ -302,6 +302,7 @@ class TrainSection:
     nan_policy: str = "skip"  # on a non-finite loss: skip the step | stop | rollback to the last checkpoint
     ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.999), kept in checkpoints; final/ is the average; None = off
     average_last_k: int | None = None  # final/ = the mean weights of the last K checkpoints (needs checkpoint_every and keep_last >= K); None = off
+    disable_dropout: bool = False  # train with every dropout off (Cramming's pre-training); the model's config and export keep their rates for fine-tuning
 
     def __post_init__(self) -> None:
         check_range("train.micro_batch_size", self.micro_batch_size, low=1)

@@ -32,6 +32,7 @@ from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
 from bertforge.train import distributed as D
 from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
+from bertforge.train.dropout_off import switch_off_dropout
 from bertforge.train.kept_gradients import KeptGradients
 from bertforge.train.logging import MetricsLogger, TrainingProgress
 from bertforge.train.map_style import MapStyleLoader, iterate_once
@@ -117,6 +118,9 @@ class Trainer:
         torch.manual_seed(config.run.seed)  # the same initial weights on every rank
         self.data: TaskData = self.task.build_datasets()
         model = self.task.build_model().to(self.device)
+        if config.train.disable_dropout and switch_off_dropout(model):
+            log.info("training with dropout off (train.disable_dropout); the model's config, and so final/config.json, "
+                     "keeps its dropout rates for fine-tuning")
         self.layers = list(self.task.layer_modules(model))
         self.model = D.parallelize(model, self.layers, config.dist, self.env, self.device,
                                    self.precision.fsdp_param_dtype)
