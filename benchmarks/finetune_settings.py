@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Fine-tune one pre-trained model under a grid of fine-tuning dropout rates and learning rates (issue 18).
+
+The budget recipe's 40-minute model (arm d of `time_to_quality.py`) has a far better validation MLM
+accuracy than HF's arm (b) yet fine-tuned worse on supersense. This asks which fine-tuning setting
+that depends on: each (dropout, lr) of the grid fine-tunes the model with the same fine-tuning as
+`time_to_quality.py` otherwise (the quickstart's recipe, the same tasks, rows and seeds). Dropout
+sets the hidden, attention and classifier dropout together. It writes mean ± std per task and setting:
+
+    .venv/bin/python benchmarks/finetune_settings.py \
+        --model runs/benchmarks/time_to_quality/debian-docs/runs/d-40min-seed42/train/bertforge/final \
+        --dropouts 0.0,0.1 --lrs 1e-3 --seeds 5
+
+Results: `benchmarks/results/finetune_settings.{json,md}` (`--out` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("bertforge_time_to_quality_benchmark",
+                                              REPO / "benchmarks" / "time_to_quality.py")
+assert spec is not None and spec.loader is not None
+ttq = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = ttq
+spec.loader.exec_module(ttq)
+
+
+def numbers(text: str) -> list[float]:
+    return [float(value) for value in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a pre-trained model directory (a run's final/)")
+    parser.add_argument("--dropouts", type=numbers, default=[0.1], help="fine-tuning dropout rates (comma-separated)")
+    parser.add_argument("--lrs", type=numbers, default=[1e-3], help="fine-tuning learning rates (comma-separated; "
+                        "the recipe's is 1e-3)")
+    parser.add_argument("--tasks", default=",".join(ttq.DOWNSTREAM_TASKS), help="comma-separated")
+    parser.add_argument("--seeds", type=int, default=5, help=f"fine-tuning seeds per task and setting "
+                        f"(at most {len(ttq.pv.DOWNSTREAM_SEEDS)})")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "finetune_settings"))
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "finetune_settings"))
+    arguments = parser.parse_args()
+    model = Path(arguments.model).resolve()
+    if not (model / "config.json").is_file():
+        parser.error(f"--model {model} has no config.json: give a model directory such as a run's final/")
+    names = arguments.tasks.split(",")
+    if unknown := set(names) - set(ttq.DOWNSTREAM_TASKS):
+        parser.error(f"--tasks: unknown {sorted(unknown)}; choose from {', '.join(ttq.DOWNSTREAM_TASKS)}")
+    seeds = ttq.pv.DOWNSTREAM_SEEDS[:arguments.seeds]
+    work = Path(arguments.work_dir).resolve()
+    ttq.pv.quiet_progress_bars()
+    tasks = [task for task in ttq.downstream_tasks(ttq.DOWNSTREAM_ROWS) if task.name in names]
+    settings = [f"dropout {rate:g}, lr {lr:g}" for rate, lr in itertools.product(arguments.dropouts, arguments.lrs)]
+    results: dict[str, dict[str, list[float]]] = {task.name: {} for task in tasks}
+    for (rate, lr), setting in zip(itertools.product(arguments.dropouts, arguments.lrs), settings, strict=True):
+        overrides = (f"model.hidden_dropout={rate}", f"model.attention_dropout={rate}",
+                     f"model.classifier_dropout={rate}", f"optim.lr={lr}")
+        for task in tasks:
+            scores = results[task.name].setdefault(setting, [])
+            for seed in seeds:
+                scores.append(ttq.fine_tune_accuracy(str(model), task, f"dropout{rate:g}-lr{lr:g}", seed, work,
+                                                     arguments.threads, overrides))
+                print(f"{task.name} {setting} seed {seed}: {scores[-1]:.4f}", flush=True)
+    lines = [f"# Fine-tuning settings on {model}", "", f"Command: `{shlex.join(['python', *sys.argv])}`; "
+             f"fine-tuning seeds {list(seeds)}; test accuracy (%), mean ± std over the seeds", "",
+             "| task | " + " | ".join(settings) + " |", "|---|" + "---:|" * len(settings)]
+    for task, by_setting in results.items():
+        lines.append(f"| {task} | " + " | ".join(
+            f"{100 * statistics.fmean(v):.2f} ± {100 * statistics.stdev(v):.2f}" if len(v) > 1 else f"{100 * v[0]:.2f}"
+            for v in by_setting.values()) + " |")
+    out = Path(arguments.out)
+    ttq.pv.write_atomically(out.with_suffix(".json"), json.dumps(
+        {"command": shlex.join(["python", *sys.argv]), "model": str(model), "seeds": list(seeds),
+         "machine": ttq.pv.machine_description("cpu"), "accuracy": results}, indent=1))
+    ttq.pv.write_atomically(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
