@@ -124,6 +124,9 @@ def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_
     first = start(command)
     try:
         wait_for(lambda: (out / ".lock").is_file() and (out / ".lock").stat().st_size > 0, "the first prepare's lock")
+        # Paused, lock held, for as long as the second one runs: the bundled corpus prepares in seconds, and in CI
+        # the first prepare once finished before the second had started, which then rightly ran (exit 0).
+        os.killpg(first.pid, signal.SIGSTOP)
         second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
         assert second.returncode == 2, second.stderr
         assert f"is in use by PID {first.pid}" in second.stderr and "choose another --out" in second.stderr
