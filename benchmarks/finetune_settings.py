@@ -61,9 +61,10 @@ def main() -> None:
     work = Path(arguments.work_dir).resolve()
     ttq.pv.quiet_progress_bars()
     tasks = [task for task in ttq.downstream_tasks(ttq.DOWNSTREAM_ROWS) if task.name in names]
-    settings = [f"dropout {rate:g}, lr {lr:g}" for rate, lr in itertools.product(arguments.dropouts, arguments.lrs)]
+    grid = [(rate, lr, f"dropout {rate:g}, lr {lr:g}") for rate, lr in itertools.product(arguments.dropouts, arguments.lrs)]
+    settings = [setting for _, _, setting in grid]
     results: dict[str, dict[str, list[float]]] = {task.name: {} for task in tasks}
-    for (rate, lr), setting in zip(itertools.product(arguments.dropouts, arguments.lrs), settings, strict=True):
+    for rate, lr, setting in grid:
         overrides = (f"model.hidden_dropout={rate}", f"model.attention_dropout={rate}",
                      f"model.classifier_dropout={rate}", f"optim.lr={lr}")
         for task in tasks:
