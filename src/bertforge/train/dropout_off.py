@@ -14,6 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from bertforge.models.dropout import Dropout
+from bertforge.models.encoder import SelfAttention
 
 
 def switch_off_dropout(model: nn.Module) -> int:
@@ -24,7 +25,7 @@ def switch_off_dropout(model: nn.Module) -> int:
         if isinstance(module, Dropout | nn.Dropout):
             switched += module.p > 0
             module.p = 0.0
-        if isinstance(getattr(module, "dropout_p", None), float):  # attention: the probability it passes its kernel
+        if isinstance(module, SelfAttention):  # its attention dropout is the probability it passes its kernel
             switched += module.dropout_p > 0
             module.dropout_p = 0.0
     return switched
