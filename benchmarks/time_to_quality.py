@@ -60,12 +60,17 @@ average). Quality:
   is trained on the whole corpus, validation documents included, as in `pretrain_vs_hf.py`.)
 - downstream test accuracy of each run's final model after the same `bertforge finetune` (the
   quickstart's recipe, `recipes/quickstart-finetune-tiny.yaml`: 3 epochs, max length 64) with
-  `--downstream-seeds` seeds, on the bundled supersense task (8,000 train / 2,000 test glosses, as
+  `--downstream-seeds` seeds at the learning rate of `--downstream-lrs` (1e-3, 5e-4, 3e-4) that
+  scored best on a dev split for that model and task (fine-tuned with the first seed on 9/10 of the
+  training rows, scored on the other tenth; the BERT paper's per-model choice: one lr for all arms
+  favoured the barely trained models), on the bundled supersense task (8,000 train / 2,000 test glosses, as
   `pretrain_vs_hf.py`) and on `manpages` (all 2,998 train / 387 test rows: a man page's DESCRIPTION
   -> its manual section, 6 classes). manpages because it is technical prose like the debian-docs
   corpus yet kept out of it by `scripts/build_pretraining_corpus.py`, and it asks for another
   skill than glosses (what kind of thing a text documents), while staying small enough to
   fine-tune in a minute.
+- MLM accuracy of each final model on each downstream task's test texts (masked once, as above): a
+  model can only bring to a task what its corpus taught it about that task's text;
 - time to quality: the first minute at which an arm's validation MLM accuracy reaches (b)'s at the
   largest budget, linearly interpolated between exports on each of the arm's runs (the earliest over
   its budgets; "≤" where its first export already reached it).
@@ -99,7 +104,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -140,8 +145,13 @@ DOWNSTREAM_TASKS = ("supersense", "manpages")
 ALL_ROWS = 1_000_000  # parity.load_task keeps every row of a split with fewer rows than this
 DOWNSTREAM_ROWS = {"supersense": (pv.DOWNSTREAM_ROWS["train"], pv.DOWNSTREAM_ROWS["test"]),
                    "manpages": (ALL_ROWS, ALL_ROWS)}
+# Each final model is fine-tuned at the learning rate of this grid that scores best on a dev split held out of the
+# task's training rows (every DEV_EVERY-th row), as the BERT paper chose its fine-tuning lr per model and task: one
+# lr for all arms favoured the barely trained ones (docs/benchmarks.md, "Why (d) fine-tuned worse").
+DOWNSTREAM_LRS = (1e-3, 5e-4, 3e-4)
+DEV_EVERY = 10
 QUICK = {"model": "bert-tiny", "budgets": [0.3], "downstream_seeds": 1, "calibration": (2.0, 2),
-         "downstream_rows": {"supersense": (256, 128), "manpages": (256, 128)}}
+         "downstream_rows": {"supersense": (256, 128), "manpages": (256, 128)}, "downstream_lrs": [1e-3, 3e-4]}
 # recipe keys that change the model's shape: arm (d) must keep the other arms' (`check_recipe`)
 SHAPE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
               "max_position_embeddings", "position", "mlp", "norm", "bias", "tie_word_embeddings",
@@ -599,6 +609,28 @@ def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Pa
     return json.loads((result.run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
 
 
+def dev_split(task: Any) -> Any:
+    """The task with every DEV_EVERY-th training row moved to its test split: the dev set the lr is chosen on
+    (the rows are spread over the labels, so the dev set keeps their mix); the real test rows are not seen."""
+    train = [row for index, row in enumerate(task.train) if index % DEV_EVERY != DEV_EVERY - 1]
+    dev = [row for index, row in enumerate(task.train) if index % DEV_EVERY == DEV_EVERY - 1]
+    return replace(task, name=f"{task.name}-dev", train=train, test=dev)
+
+
+def choose_lr(model_dir: str, task: Any, name: str, lrs: list[float], work: Path, threads: int) -> dict[str, Any]:
+    """Fine-tune on the dev split's training rows at each lr (the first fine-tuning seed); `best_lr` picks."""
+    seed, dev = pv.DOWNSTREAM_SEEDS[0], dev_split(task)
+    scores = {lr: fine_tune_accuracy(model_dir, dev, f"{name}-lr{lr:g}", seed, work, threads, (f"optim.lr={lr}",))
+              for lr in lrs}
+    return {"chosen": best_lr(scores), "dev_accuracy": {f"{lr:g}": accuracy for lr, accuracy in scores.items()},
+            "dev_rows": [len(dev.train), len(dev.test)]}
+
+
+def best_lr(dev_accuracy: dict[float, float]) -> float:
+    """The lr with the best dev accuracy; of equals the lowest (the gentler fine-tuning)."""
+    return max(sorted(dev_accuracy), key=lambda lr: dev_accuracy[lr])  # max keeps the first of equals
+
+
 # ---------------------------------------------------------------------------------------------
 # the result store
 
@@ -732,7 +764,9 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         f"{data['validation_masked_tokens']:,} masked tokens (fixed masks), scored with stock "
         "`transformers.BertForMaskedLM` on every arm's HF export",
         f"- Downstream: `bertforge finetune` (recipes/quickstart-finetune-tiny.yaml) of each final model, "
-        f"{settings['downstream_seeds']} seed(s) per task and pre-training seed; supersense "
+        f"{settings['downstream_seeds']} seed(s) per task and pre-training seed, at the lr of "
+        f"{', '.join(f'{lr:g}' for lr in settings['downstream_lrs'])} that scored best on a dev split (every "
+        f"{DEV_EVERY}th training row, fine-tuned on the rest, seed {pv.DOWNSTREAM_SEEDS[0]}) per model and task; supersense "
         f"{settings['downstream_rows']['supersense'][0]:,} / {settings['downstream_rows']['supersense'][1]:,} and "
         f"manpages {data['manpages_rows'][0]:,} / {data['manpages_rows'][1]:,} train / test rows", "",
         "| arm | budget (min) | trained (min) | steps (planned) | tokens seen | MLM accuracy | MLM loss | "
@@ -745,11 +779,20 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         steps = f"{statistics.fmean(p['step'] for p in finals):,.0f}" + (
             f" ({statistics.fmean(planned):,.0f})" if None not in planned else "")
         downstream = {task: [a for run in runs for a in run["downstream"][task]] for task in DOWNSTREAM_TASKS}
+        at = {task: ", ".join(f"{lr:g}" for lr in sorted({run["downstream_lr"][task]["chosen"] for run in runs
+                                                             if task in run["downstream_lr"]})) for task in DOWNSTREAM_TASKS}
         lines.append(
             f"| {ARM_TITLES[arm]} | {budget:g} | {statistics.fmean(p['minutes'] for p in finals):.2f} | {steps} | "
             f"{statistics.fmean(p['tokens'] for p in finals):,.0f} | {mean_std(cell.finals('accuracy'))} | "
-            f"{mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)} | "
-            f"{mean_std(downstream['manpages'], 100, 2)} |")
+            f"{mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)} "
+            f"(lr {at['supersense']}) | {mean_std(downstream['manpages'], 100, 2)} (lr {at['manpages']}) |")
+    lines += ["", "MLM accuracy of each final model on the downstream tasks' test texts (15% masked once, the same masks "
+              "for every arm): whether the pre-training corpus covers the text a task is about.", "",
+              "| arm | budget (min) | " + " | ".join(f"{task} texts" for task in DOWNSTREAM_TASKS) + " |",
+              "|---|---:|" + "---:|" * len(DOWNSTREAM_TASKS)]
+    for (arm, budget), cell in cells.items():
+        lines.append(f"| {ARM_TITLES[arm]} | {budget:g} | " + " | ".join(
+            mean_std([run["task_text_mlm"][task]["accuracy"] for run in cell.runs]) for task in DOWNSTREAM_TASKS) + " |")
     target, times = reach_times(cells)
     lines.append("")
     if target is None:
@@ -818,6 +861,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--arms", default=",".join(ARMS), help="arms to run, comma-separated (a,b,c,d)")
     parser.add_argument("--seeds", default="42", help="pre-training seeds, comma-separated (42)")
     parser.add_argument("--downstream-seeds", type=int, default=None, help="fine-tuning seeds per task (3)")
+    parser.add_argument("--downstream-lrs", default=None, help="fine-tuning learning rates to choose from on a dev "
+                        "split, per model and task, comma-separated (" + ",".join(f"{lr:g}" for lr in DOWNSTREAM_LRS) + ")")
     parser.add_argument("--model", default=None, help="the classic BERT preset every arm trains (bert-mini)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="arm d's recipe (configs/pretrain/budget-cpu.yaml)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -837,9 +882,11 @@ def parse_arguments() -> argparse.Namespace:
     arguments.seeds = [int(seed) for seed in arguments.seeds.split(",")]
     if arguments.budgets is not None:
         arguments.budgets = [float(budget) for budget in arguments.budgets.split(",")]
+    if arguments.downstream_lrs is not None:
+        arguments.downstream_lrs = [float(lr) for lr in arguments.downstream_lrs.split(",")]
     defaults = QUICK if arguments.quick else {"model": "bert-mini", "budgets": [10.0, 20.0, 40.0], "downstream_seeds": 3,
                                               "calibration": (CALIBRATION_SECONDS, CALIBRATION_WARMUP),
-                                              "downstream_rows": DOWNSTREAM_ROWS}
+                                              "downstream_rows": DOWNSTREAM_ROWS, "downstream_lrs": list(DOWNSTREAM_LRS)}
     for key, value in defaults.items():
         if getattr(arguments, key, None) is None:
             setattr(arguments, key, value)
@@ -867,18 +914,38 @@ def train_run(key: RunKey, spec_values: dict[str, Any], runs_dir: Path) -> dict[
     return json.loads(record_path.read_text(encoding="utf-8"))
 
 
+def task_text_batches(tasks: list[Any], tokenizer_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each task's test texts, masked once at 15% under the evaluation seed: how well a model predicts the words of
+    the text it will be fine-tuned on tells whether its corpus covers that task's domain."""
+    return {task.name: pv.line_validation_batches(tokenizer_dir, [row["text"] for row in task.test], pv.EVALUATION_SEED)
+            for task in tasks}
+
+
 def score_run(key: RunKey, record: dict[str, Any], validation: list[dict[str, Any]], tasks: list[Any],
-              downstream_seeds: int, work: Path, threads: int) -> dict[str, Any]:
-    """Validation MLM loss and accuracy of every export; downstream test accuracy of the final model."""
+              task_texts: dict[str, list[dict[str, Any]]], downstream_seeds: int, lrs: list[float], work: Path,
+              threads: int) -> dict[str, Any]:
+    """Validation MLM loss and accuracy of every export; the final model's MLM accuracy on each task's test texts;
+    its downstream test accuracy, fine-tuned at the lr `choose_lr` picks for it and the task."""
     from bertforge.console import console
 
     curve = [point | pv.mlm_accuracy(point["model_dir"], validation, "cpu") for point in record["points"]]
     final_dir = record["points"][-1]["model_dir"]
-    downstream = {task.name: [fine_tune_accuracy(final_dir, task, key.name, seed, work, threads)
-                              for seed in pv.DOWNSTREAM_SEEDS[:downstream_seeds]] for task in tasks}
+    task_text_mlm = {name: pv.mlm_accuracy(final_dir, batches, "cpu") for name, batches in task_texts.items()}
+    downstream: dict[str, list[float]] = {}
+    downstream_lr: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        if not downstream_seeds:
+            downstream[task.name] = []
+            continue
+        downstream_lr[task.name] = choose_lr(final_dir, task, key.name, lrs, work, threads)
+        lr = downstream_lr[task.name]["chosen"]
+        downstream[task.name] = [fine_tune_accuracy(final_dir, task, f"{key.name}-lr{lr:g}", seed, work, threads,
+                                                    (f"optim.lr={lr}",))
+                                 for seed in pv.DOWNSTREAM_SEEDS[:downstream_seeds]]
     console.print(f"{key.name}: validation MLM accuracy {curve[-1]['accuracy']:.4f}" + "".join(
-        f", {name} {statistics.fmean(values):.4f}" for name, values in downstream.items() if values))
-    return {"curve": curve, "downstream": downstream}
+        f", {name} {statistics.fmean(values):.4f} (lr {downstream_lr[name]['chosen']:g})"
+        for name, values in downstream.items() if values))
+    return {"curve": curve, "task_text_mlm": task_text_mlm, "downstream": downstream, "downstream_lr": downstream_lr}
 
 
 def main() -> None:
@@ -901,6 +968,7 @@ def main() -> None:
     common = {"corpus": arguments.corpus, "model": arguments.model, "threads": arguments.threads, "seq_len": SEQ_LEN,
               "vocab_size": pv.VOCAB_SIZE, "export_fractions": list(EXPORT_FRACTIONS),
               "calibration": list(arguments.calibration), "downstream_seeds": arguments.downstream_seeds,
+              "downstream_lrs": arguments.downstream_lrs,
               "downstream_rows": {name: [len(task.train), len(task.test)] for name, task in
                                   zip(DOWNSTREAM_TASKS, tasks, strict=True)}}
 
@@ -920,6 +988,7 @@ def main() -> None:
     tokenizer_dir, data_dir, manifest = prepare_corpus(corpus, work)
     if pending:
         validation = pv.packed_validation_batches(data_dir, pv.EVALUATION_SEED)
+        task_texts = task_text_batches(tasks, tokenizer_dir)
         hf_data = group_texts_dataset(work, tokenizer_dir, corpus, manifest)
         for key in pending:
             record = train_run(key, {
@@ -927,7 +996,8 @@ def main() -> None:
                 "data_dir": str(data_dir if key.arm in ("c", "d") else hf_data),
                 "recipe": str(recipe) if key.arm == "d" else None, "calibration": arguments.calibration},
                 work / "runs")
-            quality = score_run(key, record, validation, tasks, arguments.downstream_seeds, work, arguments.threads)
+            quality = score_run(key, record, validation, tasks, task_texts, arguments.downstream_seeds,
+                                arguments.downstream_lrs, work, arguments.threads)
             store.save(key, {"arm": key.arm, "budget_minutes": key.budget_minutes, "seed": key.seed,
                              "settings": settings_for(key.arm), "machine": machine, "training": record} | quality)
     machine["load_average_end"] = os.getloadavg()[0]

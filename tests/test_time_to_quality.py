@@ -1,5 +1,6 @@
 """benchmarks/time_to_quality.py's parts that decide its numbers without a long run: the time-to-reach
-interpolation and its target, the resumable result store, the recipe check of arm (d) and the budgets its
+interpolation and its target, the resumable result store, the dev split and rule that choose each model's
+fine-tuning lr, the recipe check of arm (d) and the budgets its
 step-keyed switches get, and the budget clock that stops Hugging Face's `Trainer` (a real one, on a 2-layer
 BertForMaskedLM)."""
 
@@ -53,6 +54,23 @@ def test_curves_are_averaged_over_seeds_point_by_point() -> None:
                           run_result("c", 10.0, [(2.2, 0.3), (10.0, 0.6)], seed=2)])
     assert cells["c", 10.0].mean_curve() == [(pytest.approx(2.1), pytest.approx(0.25)),
                                              (pytest.approx(10.0), pytest.approx(0.5))]
+
+
+def test_the_dev_split_holds_out_every_tenth_training_row_and_leaves_the_test_rows_unseen() -> None:
+    train = [{"text": f"row {i}", "label": str(i % 3)} for i in range(25)]
+    test = [{"text": "a test row", "label": "0"}]
+    task = ttq.parity.TaskData("supersense", "classification", train, test, ["0", "1", "2"], False)
+    dev = ttq.dev_split(task)
+    assert dev.name == "supersense-dev" and dev.labels == task.labels
+    assert [row["text"] for row in dev.test] == ["row 9", "row 19"]
+    assert sorted(dev.train + dev.test, key=lambda row: int(row["text"].split()[1])) == train
+    assert test[0] not in dev.train + dev.test and task.test == test  # the real test split is neither used nor changed
+
+
+def test_the_best_dev_accuracy_chooses_the_lr_and_a_tie_goes_to_the_lower_lr() -> None:
+    assert ttq.best_lr({1e-3: 0.40, 5e-4: 0.52, 3e-4: 0.50}) == 5e-4
+    assert ttq.best_lr({1e-3: 0.52, 5e-4: 0.40, 3e-4: 0.52}) == 3e-4
+    assert ttq.best_lr({3e-4: 0.30}) == 3e-4
 
 
 def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_settings(tmp_path: Path) -> None:
