@@ -18,7 +18,10 @@ end, HF's on the first sub-word predictions of `Trainer.predict`, over exactly t
 nothing is truncated at 128 tokens, which is asserted), word accuracy, the mean training loss,
 seconds per epoch of the optimizer-step loop only (bertforge's `TrainingState.elapsed_seconds`,
 HF's `train_runtime`) and the speed-up; token positions computed per epoch (bertforge: real
-tokens; HF: real + padding, counted from the batches its collator actually built).
+tokens; HF: real + padding, counted from the batches its collator actually built). `--ceiling` adds
+a third run per seed, bertforge without gradient clipping, and reports HF's time over it: how far
+the ratio could go if clipping cost nothing (HF keeps its clipping; the run is not a comparison of
+equal settings, only a bound).
 
 `embeddings`: WordNet usage -> definition pairs (`scripts/build_parity_tasks.py --tasks
 wordnet-embedding`; evenly spaced example-sentence rows of train, held-out test rows) with
@@ -182,7 +185,7 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int,
-                   dropout: float | None = None) -> dict:
+                   dropout: float | None = None, clip: float | None = CLIP) -> dict:
     """`bertforge finetune`'s YAML for one run (written to disk and loaded as a user's would be)."""
     # dropout: the model's own 0.1, unless --dropout sets it on both sides
     model = {"init_from": str(model_dir)} | ({} if dropout is None else {
@@ -190,7 +193,9 @@ def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int,
     finetune = {"task_type": "token_classification", "train_file": str(workdir / "train.jsonl"),
                 "test_file": str(workdir / "test.jsonl"), "tokens_column": "tokens", "tags_column": "tags",
                 "labels": data.labels, "max_length": MAX_LENGTH}
-    return bertforge_run_settings(workdir, "tagging", seed, epochs, LR, WARMUP, model, finetune)
+    settings = bertforge_run_settings(workdir, "tagging", seed, epochs, LR, WARMUP, model, finetune)
+    settings["optim"]["clip_grad_norm"] = clip
+    return settings
 
 
 def bertforge_run_settings(workdir: Path, task: str, seed: int, epochs: int, lr: float, warmup: float,
@@ -212,14 +217,14 @@ def bertforge_run_settings(workdir: Path, task: str, seed: int, epochs: int, lr:
 
 
 def run_bertforge_tagging(workdir: Path, data: TaggingData, model_dir: Path, seed: int, epochs: int,
-                          dropout: float | None = None) -> Run:
+                          dropout: float | None = None, clip: float | None = CLIP) -> Run:
     from bertforge.config import load_config
     from bertforge.tasks.tagging import TokenClassificationTask
     from bertforge.train.trainer import Trainer
 
     started = time.perf_counter()
     config_file = workdir / "bertforge-tagging.yaml"
-    config_file.write_text(yaml.safe_dump(tagging_config(workdir, data, model_dir, seed, epochs, dropout)))
+    config_file.write_text(yaml.safe_dump(tagging_config(workdir, data, model_dir, seed, epochs, dropout, clip)))
     config = load_config(config_file)
     result = Trainer(config, TokenClassificationTask(config)).fit()
     if result.stopped_by == "signal":
@@ -342,12 +347,18 @@ def token_classification(args: argparse.Namespace, workdir: Path, model_dir: Pat
     write_jsonl(data.test, workdir / "test.jsonl")
     cut = bertforge_cut_words(data, model_dir)
     assert cut == 0, f"bertforge's tokenization cuts {cut} words at {MAX_LENGTH} tokens"
-    ours, theirs, first = Side(), Side(), []
+    ours, theirs, unclipped, first = Side(), Side(), Side(), []
+
+    def run_unclipped(*arguments: Any) -> Run:
+        return run_bertforge_tagging(*arguments, clip=None)
+
     for index, seed in enumerate(args.seed_list):
         sides = [("bertforge", ours, run_bertforge_tagging), ("HF", theirs, run_hf_tagging)]
         if index % 2:  # alternate the order so slow drift in background load does not favour one side
             sides.reverse()
         first.append(sides[0][0])
+        if args.ceiling:  # after both sides, so the comparison's own order is unchanged
+            sides.append(("bertforge without clipping", unclipped, run_unclipped))
         for name, side, run in sides:
             result = run(workdir, data, model_dir, seed, args.epochs, args.dropout)
             side.runs.append(result)
@@ -366,12 +377,20 @@ def token_classification(args: argparse.Namespace, workdir: Path, model_dir: Pat
                  f"(dynamic padding, mean over seeds: the count depends on the shuffle)")
     keys = [("f1", "entity F1 (seqeval, micro)"), ("precision", "entity precision"), ("recall", "entity recall"),
             ("accuracy", "word accuracy")]
-    report = "\n\n".join([description, comparison_table(ours, theirs, keys),
-                          per_seed_table(list(args.seed_list), ours, theirs, first), positions])
+    parts = [description, comparison_table(ours, theirs, keys), per_seed_table(list(args.seed_list), ours, theirs, first),
+             positions]
+    if args.ceiling:
+        ratios = [h / u for h, u in zip(theirs.seconds, unclipped.seconds, strict=True)]
+        parts.append("bertforge without clipping (the ceiling if clipping cost nothing; HF keeps its clipping): "
+                     + ", ".join(f"{u:.1f}" for u in unclipped.seconds) + " s/epoch; HF ÷ that: "
+                     + ", ".join(f"{r:.2f}×" for r in ratios) + f" (mean {statistics.fmean(ratios):.2f}×)")
+    report = "\n\n".join(parts)
     raw = {"data": {"train_rows": len(data.train), "test_rows": len(data.test), "test_words": words,
                     "test_entities": entities, "tags": len(data.labels)},
            "seeds": list(args.seed_list), "first": first,
            "bertforge": [asdict(r) for r in ours.runs], "hf": [asdict(r) for r in theirs.runs]}
+    if args.ceiling:
+        raw["bertforge_without_clipping"] = [asdict(r) for r in unclipped.runs]
     return report + "\n", raw
 
 
@@ -538,6 +557,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     parser.add_argument("--dropout", type=float, default=None,
                         help="token_classification: this dropout on both sides (e.g. 0 for the factor check; default: the model's own 0.1)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="token_classification: also run bertforge without gradient clipping after each seed's "
+                             "pair, and report HF's time over that (how far a free clipping would take the ratio)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 128 train rows, 64 test rows, 1 epoch, 1 seed")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw per-seed results here")
     args = parser.parse_args()
