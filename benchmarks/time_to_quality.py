@@ -34,7 +34,7 @@ estimate: where the real run is slower (a busier machine, slower later steps), t
 before its learning rate has decayed to zero; where it is faster, it runs out of steps before the
 budget and its curve ends early. Each run records planned and done steps and its minutes.
 
-Arm (d)'s recipe may turn on switches that bertforge keys to the step count (`step_keyed_switches`:
+Arm (d)'s recipe may turn on switches that bertforge keys to the step count (`Config.step_keyed_switches`:
 `data.mask_schedule`, `data.seq_len_schedule`, `train.batch_ramp_start`), which it refuses under a
 time budget alone. With any of them, arm (d)'s steps are planned as HF's are: a calibration, a
 bertforge run of the recipe on the same prepared data, thrown away, timed by its own clock
@@ -410,14 +410,6 @@ def bertforge_config(spec: RunSpec, max_steps: int | None = None, overrides: tup
     return load_config(None, TUNED.bertforge_overrides() + placement)
 
 
-def step_keyed_switches(config: Any) -> list[str]:
-    """The config keys of `config` that bertforge follows with the step count: they need `train.max_steps`."""
-    switches = [("data.mask_schedule", config.data.mask_schedule != "constant"),
-                ("data.seq_len_schedule", bool(config.data.seq_len_schedule)),
-                ("train.batch_ramp_start", config.train.batch_ramp_start is not None)]
-    return [key for key, on in switches if on]
-
-
 def calibration_overrides(config: Any) -> tuple[str, ...]:
     """`config`'s most expensive step, every step: the full batch, full-length samples and the higher of its mask
     rates (the vocabulary projection runs only on masked rows), so that the steps planned from it fit the budget.
@@ -447,7 +439,7 @@ def run_bertforge_arm(spec: RunSpec) -> dict[str, Any]:
 
     config = bertforge_config(spec)
     planned: dict[str, Any] = {}
-    if switches := step_keyed_switches(config):
+    if switches := config.step_keyed_switches():
         seconds_per_step = calibrate_bertforge(spec, config)
         planned_steps = max(1, int(spec.budget_minutes * 60 / seconds_per_step))
         config = bertforge_config(spec, max_steps=planned_steps)

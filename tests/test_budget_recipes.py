@@ -188,8 +188,8 @@ def test_the_loader_masks_each_step_at_its_scheduled_rate_and_resumes_exactly(pr
 
 
 def test_a_mask_schedule_needs_a_step_budget_and_its_keys_are_checked() -> None:
-    with pytest.raises(ConfigError, match=r"data.mask_schedule=cosine follows the step count"):
-        DataCurriculum(mask_schedule="cosine", mask_prob_start=0.3).check_budget(None)
+    assert load_config(None, ["data.mask_schedule=cosine", "data.mask_prob_start=0.3"]).step_keyed_switches() == [
+        "data.mask_schedule"]  # so the trainer asks for a step budget (test_a_batch_ramp_is_checked_...)
     cases = {"data.mask_schedule=sqrt": r"config key `data.mask_schedule` is 'sqrt'; expected one of constant, linear",
              "data.mask_schedule=linear": r"config key `data.mask_prob_start` is not set",
              "data.mask_prob_start=0.3": r"config key `data.mask_prob_start` is set but data.mask_schedule is constant"}
@@ -311,8 +311,10 @@ def test_a_batch_ramp_is_checked_against_the_batch_sizes_and_the_budget(prepared
     cases = {"unit": (["train.batch_ramp_start=4", "train.max_steps=4"],
                       r"`train.batch_ramp_start` \(4\) must be a multiple of `train.micro_batch_size` × world size \(8\)"),
              "time": (["train.batch_ramp_start=8", "train.max_time_minutes=1"],
-                      r"train.batch_ramp_start grows the batch over a fraction of the steps, but the run has only a "
-                      r"wall-clock budget")}
+                      r"train.batch_ramp_start follow\(s\) the step count, but the run has only a wall-clock budget"),
+             "every step-keyed switch": (["train.batch_ramp_start=8", "train.max_time_minutes=1",
+                                          "data.mask_schedule=linear", "data.mask_prob_start=0.3"],
+                                         r"data.mask_schedule and train.batch_ramp_start follow\(s\) the step count")}
     for name, (overrides, message) in cases.items():
         config = run_config(prepared_mlm, tmp_path / name, *overrides)
         with pytest.raises(ConfigError, match=message):
@@ -363,8 +365,8 @@ def test_a_sequence_length_schedule_is_checked(prepared_corpus: Path, tmp_path: 
             load_config(None, ["data.seq_len=64", f"data.seq_len_schedule={value}"])
     with pytest.raises(ConfigError, match=r"`seq_len:16` in override .* is read as one key; write a space after each "):
         load_config(None, ["data.seq_len=64", "data.seq_len_schedule=[{seq_len:16,until:0.5}]"])
-    with pytest.raises(ConfigError, match=r"data.seq_len_schedule follows the step count"):
-        DataCurriculum(seq_len_phases=((16, 0.5),)).check_budget(None)
+    assert load_config(None, ["data.seq_len=64", "data.seq_len_schedule=[{seq_len: 16, until: 0.5}]"]
+                       ).step_keyed_switches() == ["data.seq_len_schedule"]
     config = run_config(prepared_corpus, tmp_path / "nsp", "train.max_steps=2", "data.seq_len=128",
                         "data.seq_len_schedule=[{seq_len: 32, until: 0.5}]")
     with pytest.raises(ConfigError, match=r"`data.seq_len_schedule` cuts samples, and .* holds NSP pairs"):

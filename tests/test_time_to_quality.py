@@ -135,7 +135,7 @@ def arm_d_spec(tmp_path: Path, recipe_text: str) -> Any:
 ], ids=["all-three", "sequence-length-phases", "batch-ramp", "time-keyed-only"])
 def test_step_keyed_switches_are_the_mask_schedule_the_sequence_length_phases_and_the_batch_ramp(
         tmp_path: Path, recipe_text: str, switches: list[str]) -> None:
-    assert ttq.step_keyed_switches(ttq.bertforge_config(arm_d_spec(tmp_path, recipe_text))) == switches
+    assert ttq.bertforge_config(arm_d_spec(tmp_path, recipe_text)).step_keyed_switches() == switches
 
 
 def test_arm_d_with_step_keyed_switches_trains_for_planned_steps_with_the_time_budget_as_a_hard_stop(
@@ -150,7 +150,7 @@ def test_arm_d_with_step_keyed_switches_trains_for_planned_steps_with_the_time_b
 
     # the calibration times the recipe's most expensive step: full batch and length, the higher mask rate
     calibration = ttq.bertforge_config(spec, max_steps=1_000_000, overrides=ttq.calibration_overrides(time_only))
-    assert ttq.step_keyed_switches(calibration) == []
+    assert calibration.step_keyed_switches() == []
     assert (calibration.data.mask_prob, calibration.train.global_batch_size, calibration.data.seq_len) == (0.3, 32, 128)
     assert (calibration.train.max_steps, calibration.train.max_time_minutes) == (1_000_000, None)
     assert (calibration.run.name, calibration.train.ema) == ("calibration", 0.999)

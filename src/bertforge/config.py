@@ -377,6 +377,14 @@ class Config:
     dist: DistSection = field(default_factory=DistSection)
     log: LogSection = field(default_factory=LogSection)
 
+    def step_keyed_switches(self) -> list[str]:
+        """The recipe switches on in this config that follow the step count, as the lr schedule does under a step
+        budget: a run with any of them needs a step budget (`train.max_steps`, `max_epochs` or `max_tokens`)."""
+        switches = [("data.mask_schedule", self.data.mask_schedule != "constant"),
+                    ("data.seq_len_schedule", bool(self.data.seq_len_schedule)),
+                    ("train.batch_ramp_start", self.train.batch_ramp_start is not None)]
+        return [key for key, on in switches if on]
+
 
 def finetune_defaults() -> Config:
     """The defaults fine-tuning starts from (`bertforge finetune`, the quickstart's fine-tuning).

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from bertforge.config import DataSection
-from bertforge.errors import ConfigError
 
 
 def interpolate(shape: str, start: float, end: float, fraction: float) -> float:
@@ -65,12 +64,6 @@ class DataCurriculum:
     def follows_steps(self) -> bool:
         """Whether any setting changes with the step (and so needs a step budget)."""
         return self.mask_schedule != "constant" or bool(self.seq_len_phases)
-
-    def check_budget(self, total_steps: int | None) -> None:
-        if self.follows_steps and total_steps is None:
-            key = f"data.mask_schedule={self.mask_schedule}" if self.mask_schedule != "constant" else "data.seq_len_schedule"
-            raise ConfigError(f"{key} follows the step count, but the run has only a wall-clock budget; set "
-                              "train.max_steps (or train.max_epochs / train.max_tokens) as well")
 
     def at(self, step: int, total_steps: int | None) -> StepData:
         """The settings of `step` (0-based) of `total_steps`: the fraction is step / total_steps, as for the lr."""

@@ -80,7 +80,8 @@ class TrainSampler:
                  curriculum: DataCurriculum | None = None, total_steps: int | None = None) -> None:
         self.plan, self.seed, self.consumed_samples, self.step = plan, seed, consumed_samples, step
         self.curriculum, self.total_steps = curriculum or DataCurriculum(), total_steps
-        self.curriculum.check_budget(total_steps)
+        # the trainer refuses such a config first (`Config.step_keyed_switches`); without steps `at` would be constant
+        assert total_steps is not None or not self.curriculum.follows_steps, "a step-keyed curriculum needs total_steps"
         # fail at construction (not at the first batch) on a bad geometry or resume point
         next(self.plan.micro_batch_indices(seed=seed, consumed_samples=consumed_samples, step=step))
 

@@ -190,15 +190,18 @@ class Trainer:
                               "train.max_tokens or train.max_time_minutes")
         return min(candidates) if candidates else None
 
+    def _check_step_keyed_switches(self, total_steps: int | None) -> None:
+        if total_steps is None and (switches := self.config.step_keyed_switches()):
+            raise ConfigError(f"{' and '.join(switches)} follow(s) the step count, but the run has only a wall-clock "
+                              "budget; set train.max_steps (or train.max_epochs / train.max_tokens) as well")
+
     def _apply_batch_ramp(self, total_steps: int | None) -> None:
         """train.batch_ramp_start: the loader's plan gets smaller steps at first (Cramming's batch-size warm-up),
         a function of the step, so the trainer and the loader agree on every step's shape and resume stays exact."""
         train = self.config.train
         if train.batch_ramp_start is None:
             return
-        if total_steps is None:
-            raise ConfigError("train.batch_ramp_start grows the batch over a fraction of the steps, but the run has only "
-                              "a wall-clock budget; set train.max_steps (or train.max_epochs / train.max_tokens) as well")
+        assert total_steps is not None, "_check_step_keyed_switches runs first"
         ramp = BatchRamp(train.batch_ramp_start, train.global_batch_size, math.ceil(train.batch_ramp_fraction * total_steps),
                          train.micro_batch_size * self.env.world_size)
         self.train_loader.plan = self.train_loader.plan.with_batch_ramp(ramp)
@@ -308,6 +311,7 @@ class Trainer:
         config = self.config
         state = self._resume()
         total_steps = self._total_steps()
+        self._check_step_keyed_switches(total_steps)
         self._apply_batch_ramp(total_steps)
         validation = self._validation_batches()
         batches = self.train_loader.iterate(state.consumed_samples, step=state.step, total_steps=total_steps)
