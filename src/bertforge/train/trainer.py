@@ -15,7 +15,7 @@ import math
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
 from bertforge.train import distributed as D
 from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
+from bertforge.train.clipping import GradientClipping, folds_into
 from bertforge.train.dropout_off import switch_off_dropout
 from bertforge.train.kept_gradients import KeptGradients
 from bertforge.train.logging import MetricsLogger, TrainingProgress
@@ -134,6 +135,9 @@ class Trainer:
         torch.manual_seed(config.run.seed + 1000 * self.env.rank)  # dropout differs across ranks
         self.optimizer = self._build_optimizer(model)
         self.scaler = self.precision.grad_scaler(self.device)
+        self.clipping = None if config.optim.clip_grad_norm is None else GradientClipping(
+            config.optim.clip_grad_norm,
+            fold=folds_into(self.optimizer, amp_scaler=self.scaler is not None, sharded=D.is_fsdp(self.model)))
         self.train_loader = self._train_loader()
         self._unsharded_copy: nn.Module | None = None
         self.checkpoints = CheckpointManager(self.run_dir, self.env, config.train.keep_last,
@@ -417,8 +421,8 @@ class Trainer:
         if not non_finite:
             if self.scaler:
                 self.scaler.unscale_(self.optimizer)
-            if config.optim.clip_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.optim.clip_grad_norm)
+            if self.clipping is not None:
+                norm = self.clipping.clip(self.model)
                 norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
                 step_metrics["grad_norm"] = norm_value
                 if not math.isfinite(norm_value) and not self.scaler:
@@ -428,7 +432,8 @@ class Trainer:
                     self.scaler.step(self.optimizer)
                     self.scaler.update()
                 else:
-                    self.optimizer.step()
+                    with self.clipping.step(self.optimizer) if self.clipping is not None else nullcontext():
+                        self.optimizer.step()
                 if self.ema is not None:
                     self.ema.update(self.raw_model)
         self.kept_gradients.zero_grad(self.optimizer)
