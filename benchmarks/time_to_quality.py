@@ -771,13 +771,14 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         steps = f"{statistics.fmean(p['step'] for p in finals):,.0f}" + (
             f" ({statistics.fmean(planned):,.0f})" if None not in planned else "")
         downstream = {task: [a for run in runs for a in run["downstream"][task]] for task in DOWNSTREAM_TASKS}
-        at = {task: ", ".join(f"{lr:g}" for lr in sorted({run["downstream_lr"][task]["chosen"] for run in runs
-                                                             if task in run["downstream_lr"]})) for task in DOWNSTREAM_TASKS}
+        chosen = {task: sorted({run["downstream_lr"][task]["chosen"] for run in runs if task in run["downstream_lr"]})
+                  for task in DOWNSTREAM_TASKS}
+        at = {task: f" (lr {', '.join(f'{lr:g}' for lr in lrs)})" if lrs else "" for task, lrs in chosen.items()}
         lines.append(
             f"| {ARM_TITLES[arm]} | {budget:g} | {statistics.fmean(p['minutes'] for p in finals):.2f} | {steps} | "
             f"{statistics.fmean(p['tokens'] for p in finals):,.0f} | {mean_std(cell.finals('accuracy'))} | "
-            f"{mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)} "
-            f"(lr {at['supersense']}) | {mean_std(downstream['manpages'], 100, 2)} (lr {at['manpages']}) |")
+            f"{mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)}{at['supersense']} | "
+            f"{mean_std(downstream['manpages'], 100, 2)}{at['manpages']} |")
     lines += ["", "MLM accuracy of each final model on the downstream tasks' test texts (15% masked once, the same masks "
               "for every arm): whether the pre-training corpus covers the text a task is about.", "",
               "| arm | budget (min) | " + " | ".join(f"{task} texts" for task in DOWNSTREAM_TASKS) + " |",
