@@ -193,13 +193,11 @@ def tagging_config(workdir: Path, data: TaggingData, model_dir: Path, seed: int,
     finetune = {"task_type": "token_classification", "train_file": str(workdir / "train.jsonl"),
                 "test_file": str(workdir / "test.jsonl"), "tokens_column": "tokens", "tags_column": "tags",
                 "labels": data.labels, "max_length": MAX_LENGTH}
-    settings = bertforge_run_settings(workdir, "tagging", seed, epochs, LR, WARMUP, model, finetune)
-    settings["optim"]["clip_grad_norm"] = clip
-    return settings
+    return bertforge_run_settings(workdir, "tagging", seed, epochs, LR, WARMUP, model, finetune, clip)
 
 
 def bertforge_run_settings(workdir: Path, task: str, seed: int, epochs: int, lr: float, warmup: float,
-                           model: dict[str, Any], finetune: dict[str, Any]) -> dict[str, Any]:
+                           model: dict[str, Any], finetune: dict[str, Any], clip: float | None = CLIP) -> dict[str, Any]:
     """A `bertforge finetune` YAML tree with the training settings both tasks share with their reference
     (AdamW, linear schedule, clipping, batch, fp32, no evaluation or checkpoint during the run)."""
     return {
@@ -208,7 +206,7 @@ def bertforge_run_settings(workdir: Path, task: str, seed: int, epochs: int, lr:
         "model": model,
         "finetune": finetune,
         "optim": {"name": "adamw", "lr": lr, "weight_decay": WEIGHT_DECAY, "betas": list(BETAS), "eps": EPS,
-                  "clip_grad_norm": CLIP},
+                  "clip_grad_norm": clip},
         "schedule": {"name": "linear", "warmup": warmup},
         "train": {"micro_batch_size": BATCH, "global_batch_size": BATCH, "max_epochs": epochs, "log_every": 1,
                   "eval_every": NEVER, "checkpoint_every": NEVER, "precision": "fp32"},

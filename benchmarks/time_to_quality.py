@@ -601,6 +601,11 @@ def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Pa
     return json.loads((result.run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
 
 
+def fine_tune_at_lr(model_dir: str, task: Any, name: str, lr: float, seed: int, work: Path, threads: int) -> float:
+    """`fine_tune_accuracy` at learning rate `lr`, its run named after it."""
+    return fine_tune_accuracy(model_dir, task, f"{name}-lr{lr:g}", seed, work, threads, (f"optim.lr={lr}",))
+
+
 def dev_split(task: Any) -> Any:
     """The task with every DEV_EVERY-th training row moved to its test split: the dev set the lr is chosen on
     (the rows are spread over the labels, so the dev set keeps their mix); the real test rows are not seen."""
@@ -612,8 +617,7 @@ def dev_split(task: Any) -> Any:
 def choose_lr(model_dir: str, task: Any, name: str, lrs: list[float], work: Path, threads: int) -> dict[str, Any]:
     """Fine-tune on the dev split's training rows at each lr (the first fine-tuning seed); `best_lr` picks."""
     seed, dev = pv.DOWNSTREAM_SEEDS[0], dev_split(task)
-    scores = {lr: fine_tune_accuracy(model_dir, dev, f"{name}-lr{lr:g}", seed, work, threads, (f"optim.lr={lr}",))
-              for lr in lrs}
+    scores = {lr: fine_tune_at_lr(model_dir, dev, name, lr, seed, work, threads) for lr in lrs}
     return {"chosen": best_lr(scores), "dev_accuracy": {f"{lr:g}": accuracy for lr, accuracy in scores.items()},
             "dev_rows": [len(dev.train), len(dev.test)]}
 
@@ -932,8 +936,7 @@ def score_run(key: RunKey, record: dict[str, Any], validation: list[dict[str, An
             continue
         downstream_lr[task.name] = choose_lr(final_dir, task, key.name, lrs, work, threads)
         lr = downstream_lr[task.name]["chosen"]
-        downstream[task.name] = [fine_tune_accuracy(final_dir, task, f"{key.name}-lr{lr:g}", seed, work, threads,
-                                                    (f"optim.lr={lr}",))
+        downstream[task.name] = [fine_tune_at_lr(final_dir, task, key.name, lr, seed, work, threads)
                                  for seed in pv.DOWNSTREAM_SEEDS[:downstream_seeds]]
     console.print(f"{key.name}: validation MLM accuracy {curve[-1]['accuracy']:.4f}" + "".join(
         f", {name} {statistics.fmean(values):.4f} (lr {downstream_lr[name]['chosen']:g})"
