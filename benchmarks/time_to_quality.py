@@ -60,10 +60,12 @@ average). Quality:
   is trained on the whole corpus, validation documents included, as in `pretrain_vs_hf.py`.)
 - downstream test accuracy of each run's final model after the same `bertforge finetune` (the
   quickstart's recipe, `recipes/quickstart-finetune-tiny.yaml`: 3 epochs, max length 64) with
-  `--downstream-seeds` seeds at the learning rate of `--downstream-lrs` (1e-3, 5e-4, 3e-4) that
-  scored best on a dev split for that model and task (fine-tuned with the first seed on 9/10 of the
-  training rows, scored on the other tenth; the BERT paper's per-model choice: one lr for all arms
-  favoured the barely trained models), on the bundled supersense task (8,000 train / 2,000 test glosses, as
+  `--downstream-seeds` seeds at the learning rate of `--downstream-lrs` (1e-3, 5e-4, 3e-4) and the
+  dropout of `--downstream-dropouts` (the model's own, 0.1 here, or 0) that scored best on a dev split
+  for that model and task (fine-tuned with the first seed on 9/10 of the training rows, scored on the
+  other tenth; the BERT paper's per-model choice: one lr for all arms favoured the barely trained
+  models, and a model pre-trained without dropout fine-tunes better without it); a fine-tune that
+  already finished with the same config on the same model is read back, not re-run; on the bundled supersense task (8,000 train / 2,000 test glosses, as
   `pretrain_vs_hf.py`) and on `manpages` (all 2,998 train / 387 test rows: a man page's DESCRIPTION
   -> its manual section, 6 classes). manpages because it is technical prose like the debian-docs
   corpus yet kept out of it by `scripts/build_pretraining_corpus.py`, and it asks for another
@@ -145,13 +147,17 @@ DOWNSTREAM_TASKS = ("supersense", "manpages")
 ALL_ROWS = 1_000_000  # parity.load_task keeps every row of a split with fewer rows than this
 DOWNSTREAM_ROWS = {"supersense": (pv.DOWNSTREAM_ROWS["train"], pv.DOWNSTREAM_ROWS["test"]),
                    "manpages": (ALL_ROWS, ALL_ROWS)}
-# Each final model is fine-tuned at the learning rate of this grid that scores best on a dev split held out of the
-# task's training rows (every DEV_EVERY-th row), as the BERT paper chose its fine-tuning lr per model and task: one
-# lr for all arms favoured the barely trained ones (docs/benchmarks.md, "Why (d) fine-tuned worse").
+# Each final model is fine-tuned at the learning rate and dropout of this grid that score best on a dev split held
+# out of the task's training rows (every DEV_EVERY-th row), as the BERT paper chose its fine-tuning settings per
+# model and task: one lr for all arms favoured the barely trained ones, and a model pre-trained without dropout
+# fine-tunes better without it (docs/benchmarks.md, "Why (d) fine-tuned worse", "Where (d)'s supersense deficit
+# comes from"). Dropout None keeps the model's own (its config.json: 0.1 for every arm here).
 DOWNSTREAM_LRS = (1e-3, 5e-4, 3e-4)
+DOWNSTREAM_DROPOUTS: tuple[float | None, ...] = (None, 0.0)
 DEV_EVERY = 10
 QUICK = {"model": "bert-tiny", "budgets": [0.3], "downstream_seeds": 1, "calibration": (2.0, 2),
-         "downstream_rows": {"supersense": (256, 128), "manpages": (256, 128)}, "downstream_lrs": [1e-3, 3e-4]}
+         "downstream_rows": {"supersense": (256, 128), "manpages": (256, 128)}, "downstream_lrs": [1e-3, 3e-4],
+         "downstream_dropouts": [None, 0.0]}
 # recipe keys that change the model's shape: arm (d) must keep the other arms' (`check_recipe`)
 SHAPE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
               "max_position_embeddings", "position", "mlp", "norm", "bias", "tie_word_embeddings",
@@ -575,7 +581,9 @@ def downstream_tasks(rows: dict[str, tuple[int, int]]) -> list[Any]:
 def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Path, threads: int,
                        overrides: tuple[str, ...] = ()) -> float:
     """`pretrain_vs_hf.fine_tune_accuracy` for any classification task of `parity.load_task`: the quickstart's
-    fine-tuning recipe with a fresh pooler and classifier (plus `overrides`), test accuracy at the end."""
+    fine-tuning recipe with a fresh pooler and classifier (plus `overrides`), test accuracy at the end. A run that
+    finished with the same config after the model was written is read back instead (fine-tuning is deterministic
+    on CPU), so an interrupted scoring resumes and a wider grid re-runs only its new settings."""
     import torch
 
     from bertforge.config import finetune_defaults, load_config
@@ -596,35 +604,86 @@ def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Pa
         "run.resume=never", f"model.init_from={model_dir}", f"finetune.train_file={files['train']}",
         f"finetune.test_file={files['test']}", f"finetune.labels=[{labels}]", "train.best_metric=null",
         "log.progress=false", "log.tensorboard=false", *overrides], base=finetune_defaults())
-    shutil.rmtree(work / "downstream" / run_name, ignore_errors=True)  # a re-scored run starts afresh
-    result = BertforgeTrainer(config, ClassificationTask(config)).fit()
-    return json.loads((result.run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
+    run_dir = work / "downstream" / run_name
+    if not finished_fine_tune(run_dir, config, Path(model_dir)):
+        shutil.rmtree(run_dir, ignore_errors=True)  # a re-scored run starts afresh
+        run_dir = BertforgeTrainer(config, ClassificationTask(config)).fit().run_dir
+    return json.loads((run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
 
 
-def fine_tune_at_lr(model_dir: str, task: Any, name: str, lr: float, seed: int, work: Path, threads: int) -> float:
-    """`fine_tune_accuracy` at learning rate `lr`, its run named after it."""
-    return fine_tune_accuracy(model_dir, task, f"{name}-lr{lr:g}", seed, work, threads, (f"optim.lr={lr}",))
+def finished_fine_tune(run_dir: Path, config: Any, model_dir: Path) -> bool:
+    """Whether `run_dir` holds the test results of `config`, written after every file of the model it starts from."""
+    from bertforge.config import config_to_yaml
+
+    results, saved = run_dir / "test_results.json", run_dir / "config.yaml"
+    if not (results.is_file() and saved.is_file()) or saved.read_text(encoding="utf-8") != config_to_yaml(config):
+        return False
+    return results.stat().st_mtime > max(path.stat().st_mtime for path in model_dir.iterdir())
+
+
+@dataclass(frozen=True)
+class FineTuning:
+    """One fine-tuning setting of the grid a dev split chooses from: a learning rate and the dropout rate (hidden,
+    attention and classifier together; None keeps the model's own)."""
+    lr: float
+    dropout: float | None = None
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        rate = () if self.dropout is None else (f"model.hidden_dropout={self.dropout}",
+                                                f"model.attention_dropout={self.dropout}",
+                                                f"model.classifier_dropout={self.dropout}")
+        return (f"optim.lr={self.lr}", *rate)
+
+    @property
+    def slug(self) -> str:  # the model's own dropout keeps the run names of the lr-only grid, so its runs are reused
+        return f"lr{self.lr:g}" + ("" if self.dropout is None else f"-dropout{self.dropout:g}")
+
+    def __str__(self) -> str:
+        return f"lr {self.lr:g}, dropout {dropout_text(self.dropout)}"
+
+
+def dropout_text(rate: float | None) -> str:
+    return "the model's" if rate is None else f"{rate:g}"
+
+
+def fine_tuning_grid(lrs: list[float], dropouts: list[float | None]) -> list[FineTuning]:
+    return [FineTuning(lr, dropout) for lr in lrs for dropout in dropouts]
+
+
+def fine_tune_with(model_dir: str, task: Any, name: str, setting: FineTuning, seed: int, work: Path,
+                   threads: int) -> float:
+    """`fine_tune_accuracy` with `setting`, its run named after it."""
+    return fine_tune_accuracy(model_dir, task, f"{name}-{setting.slug}", seed, work, threads, setting.overrides)
 
 
 def dev_split(task: Any) -> Any:
-    """The task with every DEV_EVERY-th training row moved to its test split: the dev set the lr is chosen on
-    (the rows are spread over the labels, so the dev set keeps their mix); the real test rows are not seen."""
+    """The task with every DEV_EVERY-th training row moved to its test split: the dev set the settings are chosen
+    on (the rows are spread over the labels, so the dev set keeps their mix); the real test rows are not seen."""
     train = [row for index, row in enumerate(task.train) if index % DEV_EVERY != DEV_EVERY - 1]
     dev = [row for index, row in enumerate(task.train) if index % DEV_EVERY == DEV_EVERY - 1]
     return replace(task, name=f"{task.name}-dev", train=train, test=dev)
 
 
-def choose_lr(model_dir: str, task: Any, name: str, lrs: list[float], work: Path, threads: int) -> dict[str, Any]:
-    """Fine-tune on the dev split's training rows at each lr (the first fine-tuning seed); `best_lr` picks."""
+def choose_setting(model_dir: str, task: Any, name: str, grid: list[FineTuning], work: Path,
+                   threads: int) -> dict[str, Any]:
+    """Fine-tune on the dev split's training rows with each setting (the first fine-tuning seed); `best_setting`
+    picks."""
     seed, dev = pv.DOWNSTREAM_SEEDS[0], dev_split(task)
-    scores = {lr: fine_tune_at_lr(model_dir, dev, name, lr, seed, work, threads) for lr in lrs}
-    return {"chosen": best_lr(scores), "dev_accuracy": {f"{lr:g}": accuracy for lr, accuracy in scores.items()},
+    scores = {setting: fine_tune_with(model_dir, dev, name, setting, seed, work, threads) for setting in grid}
+    chosen = best_setting(scores)
+    return {"chosen": asdict(chosen), "chosen_text": str(chosen),
+            "dev_accuracy": {str(setting): accuracy for setting, accuracy in scores.items()},
             "dev_rows": [len(dev.train), len(dev.test)]}
 
 
-def best_lr(dev_accuracy: dict[float, float]) -> float:
-    """The lr with the best dev accuracy; of equals the lowest (the gentler fine-tuning)."""
-    return max(sorted(dev_accuracy), key=lambda lr: dev_accuracy[lr])  # max keeps the first of equals
+def best_setting(dev_accuracy: dict[FineTuning, float]) -> FineTuning:
+    """The setting with the best dev accuracy; of equals the gentler: the lower lr, then the model's own dropout
+    (then the higher rate)."""
+    def gentleness(setting: FineTuning) -> tuple[float, float]:
+        return setting.lr, -(float("inf") if setting.dropout is None else setting.dropout)
+
+    return max(sorted(dev_accuracy, key=gentleness), key=lambda setting: dev_accuracy[setting])  # first of equals
 
 
 # ---------------------------------------------------------------------------------------------
@@ -761,7 +820,8 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         "`transformers.BertForMaskedLM` on every arm's HF export",
         f"- Downstream: `bertforge finetune` (recipes/quickstart-finetune-tiny.yaml) of each final model, "
         f"{settings['downstream_seeds']} seed(s) per task and pre-training seed, at the lr of "
-        f"{', '.join(f'{lr:g}' for lr in settings['downstream_lrs'])} that scored best on a dev split (every "
+        f"{', '.join(f'{lr:g}' for lr in settings['downstream_lrs'])} and the dropout of "
+        f"{', '.join(dropout_text(rate) for rate in settings['downstream_dropouts'])} that scored best on a dev split (every "
         f"{DEV_EVERY}th training row, fine-tuned on the rest, seed {pv.DOWNSTREAM_SEEDS[0]}) per model and task; supersense "
         f"{settings['downstream_rows']['supersense'][0]:,} / {settings['downstream_rows']['supersense'][1]:,} and "
         f"manpages {data['manpages_rows'][0]:,} / {data['manpages_rows'][1]:,} train / test rows", "",
@@ -775,9 +835,9 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         steps = f"{statistics.fmean(p['step'] for p in finals):,.0f}" + (
             f" ({statistics.fmean(planned):,.0f})" if None not in planned else "")
         downstream = {task: [a for run in runs for a in run["downstream"][task]] for task in DOWNSTREAM_TASKS}
-        chosen = {task: sorted({run["downstream_lr"][task]["chosen"] for run in runs if task in run["downstream_lr"]})
-                  for task in DOWNSTREAM_TASKS}
-        at = {task: f" (lr {', '.join(f'{lr:g}' for lr in lrs)})" if lrs else "" for task, lrs in chosen.items()}
+        chosen = {task: sorted({run["downstream_setting"][task]["chosen_text"] for run in runs
+                                if task in run["downstream_setting"]}) for task in DOWNSTREAM_TASKS}
+        at = {task: f" ({'; '.join(texts)})" if texts else "" for task, texts in chosen.items()}
         lines.append(
             f"| {ARM_TITLES[arm]} | {budget:g} | {statistics.fmean(p['minutes'] for p in finals):.2f} | {steps} | "
             f"{statistics.fmean(p['tokens'] for p in finals):,.0f} | {mean_std(cell.finals('accuracy'))} | "
@@ -860,6 +920,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--downstream-seeds", type=int, default=None, help="fine-tuning seeds per task (3)")
     parser.add_argument("--downstream-lrs", default=None, help="fine-tuning learning rates to choose from on a dev "
                         "split, per model and task, comma-separated (" + ",".join(f"{lr:g}" for lr in DOWNSTREAM_LRS) + ")")
+    parser.add_argument("--downstream-dropouts", default=None, help="fine-tuning dropout rates to choose from with the "
+                        "lrs, comma-separated; 'model' keeps the model's own (model,0)")
     parser.add_argument("--model", default=None, help="the classic BERT preset every arm trains (bert-mini)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="arm d's recipe (configs/pretrain/budget-cpu.yaml)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -881,9 +943,13 @@ def parse_arguments() -> argparse.Namespace:
         arguments.budgets = [float(budget) for budget in arguments.budgets.split(",")]
     if arguments.downstream_lrs is not None:
         arguments.downstream_lrs = [float(lr) for lr in arguments.downstream_lrs.split(",")]
+    if arguments.downstream_dropouts is not None:
+        arguments.downstream_dropouts = [None if rate.strip() == "model" else float(rate)
+                                         for rate in arguments.downstream_dropouts.split(",")]
     defaults = QUICK if arguments.quick else {"model": "bert-mini", "budgets": [10.0, 20.0, 40.0], "downstream_seeds": 3,
                                               "calibration": (CALIBRATION_SECONDS, CALIBRATION_WARMUP),
-                                              "downstream_rows": DOWNSTREAM_ROWS, "downstream_lrs": list(DOWNSTREAM_LRS)}
+                                              "downstream_rows": DOWNSTREAM_ROWS, "downstream_lrs": list(DOWNSTREAM_LRS),
+                                              "downstream_dropouts": list(DOWNSTREAM_DROPOUTS)}
     for key, value in defaults.items():
         if getattr(arguments, key, None) is None:
             setattr(arguments, key, value)
@@ -919,29 +985,30 @@ def task_text_batches(tasks: list[Any], tokenizer_dir: Path) -> dict[str, list[d
 
 
 def score_run(key: RunKey, record: dict[str, Any], validation: list[dict[str, Any]], tasks: list[Any],
-              task_texts: dict[str, list[dict[str, Any]]], downstream_seeds: int, lrs: list[float], work: Path,
+              task_texts: dict[str, list[dict[str, Any]]], downstream_seeds: int, grid: list[FineTuning], work: Path,
               threads: int) -> dict[str, Any]:
     """Validation MLM loss and accuracy of every export; the final model's MLM accuracy on each task's test texts;
-    its downstream test accuracy, fine-tuned at the lr `choose_lr` picks for it and the task."""
+    its downstream test accuracy, fine-tuned with the setting `choose_setting` picks for it and the task."""
     from bertforge.console import console
 
     curve = [point | pv.mlm_accuracy(point["model_dir"], validation, "cpu") for point in record["points"]]
     final_dir = record["points"][-1]["model_dir"]
     task_text_mlm = {name: pv.mlm_accuracy(final_dir, batches, "cpu") for name, batches in task_texts.items()}
     downstream: dict[str, list[float]] = {}
-    downstream_lr: dict[str, dict[str, Any]] = {}
+    downstream_setting: dict[str, dict[str, Any]] = {}
     for task in tasks:
         if not downstream_seeds:
             downstream[task.name] = []
             continue
-        downstream_lr[task.name] = choose_lr(final_dir, task, key.name, lrs, work, threads)
-        lr = downstream_lr[task.name]["chosen"]
-        downstream[task.name] = [fine_tune_at_lr(final_dir, task, key.name, lr, seed, work, threads)
+        downstream_setting[task.name] = choose_setting(final_dir, task, key.name, grid, work, threads)
+        setting = FineTuning(**downstream_setting[task.name]["chosen"])
+        downstream[task.name] = [fine_tune_with(final_dir, task, key.name, setting, seed, work, threads)
                                  for seed in pv.DOWNSTREAM_SEEDS[:downstream_seeds]]
     console.print(f"{key.name}: validation MLM accuracy {curve[-1]['accuracy']:.4f}" + "".join(
-        f", {name} {statistics.fmean(values):.4f} (lr {downstream_lr[name]['chosen']:g})"
+        f", {name} {statistics.fmean(values):.4f} ({downstream_setting[name]['chosen_text']})"
         for name, values in downstream.items() if values))
-    return {"curve": curve, "task_text_mlm": task_text_mlm, "downstream": downstream, "downstream_lr": downstream_lr}
+    return {"curve": curve, "task_text_mlm": task_text_mlm, "downstream": downstream,
+            "downstream_setting": downstream_setting}
 
 
 def main() -> None:
@@ -964,7 +1031,7 @@ def main() -> None:
     common = {"corpus": arguments.corpus, "model": arguments.model, "threads": arguments.threads, "seq_len": SEQ_LEN,
               "vocab_size": pv.VOCAB_SIZE, "export_fractions": list(EXPORT_FRACTIONS),
               "calibration": list(arguments.calibration), "downstream_seeds": arguments.downstream_seeds,
-              "downstream_lrs": arguments.downstream_lrs,
+              "downstream_lrs": arguments.downstream_lrs, "downstream_dropouts": arguments.downstream_dropouts,
               "downstream_rows": {name: [len(task.train), len(task.test)] for name, task in
                                   zip(DOWNSTREAM_TASKS, tasks, strict=True)}}
 
@@ -993,7 +1060,8 @@ def main() -> None:
                 "recipe": str(recipe) if key.arm == "d" else None, "calibration": arguments.calibration},
                 work / "runs")
             quality = score_run(key, record, validation, tasks, task_texts, arguments.downstream_seeds,
-                                arguments.downstream_lrs, work, arguments.threads)
+                                fine_tuning_grid(arguments.downstream_lrs, arguments.downstream_dropouts), work,
+                                arguments.threads)
             store.save(key, {"arm": key.arm, "budget_minutes": key.budget_minutes, "seed": key.seed,
                              "settings": settings_for(key.arm), "machine": machine, "training": record} | quality)
     machine["load_average_end"] = os.getloadavg()[0]

@@ -1,11 +1,12 @@
 """benchmarks/time_to_quality.py's parts that decide its numbers without a long run: the time-to-reach
 interpolation and its target, the resumable result store, the dev split and rule that choose each model's
-fine-tuning lr, the recipe check of arm (d) and the budgets its
+fine-tuning settings, the reuse of a finished fine-tune, the recipe check of arm (d) and the budgets its
 step-keyed switches get, and the budget clock that stops Hugging Face's `Trainer` (a real one, on a 2-layer
 BertForMaskedLM)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,43 @@ def test_the_dev_split_holds_out_every_tenth_training_row_and_leaves_the_test_ro
     assert test[0] not in dev.train + dev.test and task.test == test  # the real test split is neither used nor changed
 
 
-def test_the_best_dev_accuracy_chooses_the_lr_and_a_tie_goes_to_the_lower_lr() -> None:
-    assert ttq.best_lr({1e-3: 0.40, 5e-4: 0.52, 3e-4: 0.50}) == 5e-4
-    assert ttq.best_lr({1e-3: 0.52, 5e-4: 0.40, 3e-4: 0.52}) == 3e-4
-    assert ttq.best_lr({3e-4: 0.30}) == 3e-4
+def test_the_best_dev_accuracy_chooses_the_setting_and_a_tie_goes_to_the_gentler_one() -> None:
+    own, off = ttq.FineTuning(5e-4), ttq.FineTuning(5e-4, 0.0)
+    assert ttq.best_setting({ttq.FineTuning(1e-3): 0.40, own: 0.50, off: 0.52, ttq.FineTuning(3e-4): 0.51}) == off
+    # equal scores: the lower lr, then the model's own dropout before a rate
+    assert ttq.best_setting({ttq.FineTuning(1e-3): 0.52, own: 0.40, ttq.FineTuning(3e-4, 0.0): 0.52}) == \
+        ttq.FineTuning(3e-4, 0.0)
+    assert ttq.best_setting({off: 0.52, own: 0.52, ttq.FineTuning(5e-4, 0.1): 0.52}) == own
+    assert ttq.best_setting({off: 0.52, ttq.FineTuning(5e-4, 0.1): 0.52}) == ttq.FineTuning(5e-4, 0.1)
+
+
+def test_a_fine_tuning_setting_overrides_the_lr_and_every_dropout_or_keeps_the_models_own() -> None:
+    assert ttq.FineTuning(5e-4).overrides == ("optim.lr=0.0005",)
+    assert ttq.FineTuning(5e-4, 0.0).overrides == ("optim.lr=0.0005", "model.hidden_dropout=0.0",
+                                                   "model.attention_dropout=0.0", "model.classifier_dropout=0.0")
+    assert ttq.FineTuning(5e-4).slug == "lr0.0005" and ttq.FineTuning(5e-4, 0.0).slug == "lr0.0005-dropout0"
+    assert [str(setting) for setting in ttq.fine_tuning_grid([1e-3, 3e-4], [None, 0.0])] == [
+        "lr 0.001, dropout the model's", "lr 0.001, dropout 0", "lr 0.0003, dropout the model's", "lr 0.0003, dropout 0"]
+
+
+def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_after_the_models_last_write(
+        tmp_path: Path) -> None:
+    from bertforge.config import config_to_yaml, finetune_defaults, load_config
+
+    model_dir, run_dir = tmp_path / "model", tmp_path / "run"
+    model_dir.mkdir(), run_dir.mkdir()
+    (model_dir / "model.safetensors").write_bytes(b"weights")
+    config = load_config(None, ["optim.lr=0.0005"], base=finetune_defaults())
+    (run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+    assert not ttq.finished_fine_tune(run_dir, config, model_dir)  # no test results: it did not finish
+    results = run_dir / "test_results.json"
+    results.write_text("{}")
+    os.utime(model_dir / "model.safetensors", (time.time() - 60, time.time() - 60))
+    assert ttq.finished_fine_tune(run_dir, config, model_dir)
+    other = load_config(None, ["optim.lr=0.0003"], base=finetune_defaults())
+    assert not ttq.finished_fine_tune(run_dir, other, model_dir)
+    os.utime(model_dir / "model.safetensors", (time.time() + 60, time.time() + 60))  # the model was written again
+    assert not ttq.finished_fine_tune(run_dir, config, model_dir)
 
 
 def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_settings(tmp_path: Path) -> None:
