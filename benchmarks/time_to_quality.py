@@ -64,10 +64,10 @@ average). Quality:
   dropout of `--downstream-dropouts` (the model's own, 0.1 here, or 0) that scored best on a dev split
   for that model and task (fine-tuned with the first seed on 9/10 of the training rows, scored on the
   other tenth; the BERT paper's per-model choice: one lr for all arms favoured the barely trained
-  models, and a model pre-trained without dropout fine-tunes better without it); a fine-tune that
-  already finished with the same config on the same model is read back, not re-run; on the bundled supersense task (8,000 train / 2,000 test glosses, as
-  `pretrain_vs_hf.py`) and on `manpages` (all 2,998 train / 387 test rows: a man page's DESCRIPTION
-  -> its manual section, 6 classes). manpages because it is technical prose like the debian-docs
+  models, and supersense fine-tunes better without dropout); a fine-tune that already finished with
+  the same config, model and code is read back, not re-run. The tasks: the bundled supersense task
+  (8,000 train / 2,000 test glosses, as `pretrain_vs_hf.py`) and `manpages` (all 2,998 train / 387
+  test rows: a man page's DESCRIPTION -> its manual section, 6 classes). manpages because it is technical prose like the debian-docs
   corpus yet kept out of it by `scripts/build_pretraining_corpus.py`, and it asks for another
   skill than glosses (what kind of thing a text documents), while staying small enough to
   fine-tune in a minute.
@@ -149,12 +149,13 @@ DOWNSTREAM_ROWS = {"supersense": (pv.DOWNSTREAM_ROWS["train"], pv.DOWNSTREAM_ROW
                    "manpages": (ALL_ROWS, ALL_ROWS)}
 # Each final model is fine-tuned at the learning rate and dropout of this grid that score best on a dev split held
 # out of the task's training rows (every DEV_EVERY-th row), as the BERT paper chose its fine-tuning settings per
-# model and task: one lr for all arms favoured the barely trained ones, and a model pre-trained without dropout
-# fine-tunes better without it (docs/benchmarks.md, "Why (d) fine-tuned worse", "Where (d)'s supersense deficit
-# comes from"). Dropout None keeps the model's own (its config.json: 0.1 for every arm here).
+# model and task: one lr for all arms favoured the barely trained ones, and supersense fine-tunes better without
+# dropout (docs/benchmarks.md, "Why (d) fine-tuned worse", "Where (d)'s supersense deficit comes from", "Each model
+# fine-tuned at its own lr and dropout"). Dropout None keeps the model's own (its config.json: 0.1 for every arm here).
 DOWNSTREAM_LRS = (1e-3, 5e-4, 3e-4)
 DOWNSTREAM_DROPOUTS: tuple[float | None, ...] = (None, 0.0)
 DEV_EVERY = 10
+CODE_FILE = "code.sha256"  # in a fine-tune's run directory: the code_fingerprint it ran under
 QUICK = {"model": "bert-tiny", "budgets": [0.3], "downstream_seeds": 1, "calibration": (2.0, 2),
          "downstream_rows": {"supersense": (256, 128), "manpages": (256, 128)}, "downstream_lrs": [1e-3, 3e-4],
          "downstream_dropouts": [None, 0.0]}
@@ -608,15 +609,30 @@ def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Pa
     if not finished_fine_tune(run_dir, config, Path(model_dir)):
         shutil.rmtree(run_dir, ignore_errors=True)  # a re-scored run starts afresh
         run_dir = BertforgeTrainer(config, ClassificationTask(config)).fit().run_dir
+        (run_dir / CODE_FILE).write_text(code_fingerprint(), encoding="utf-8")
     return json.loads((run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
 
 
+def code_fingerprint() -> str:
+    """sha256 of torch's version and bertforge's source: a fine-tune is reused only under the code that ran it, since
+    a change of float rounding alone (such as folding clipping into AdamW) moves its accuracy as another seed does."""
+    import torch
+
+    digest = hashlib.sha256(torch.__version__.encode())
+    for path in sorted((REPO / "src" / "bertforge").rglob("*.py")):
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def finished_fine_tune(run_dir: Path, config: Any, model_dir: Path) -> bool:
-    """Whether `run_dir` holds the test results of `config`, written after every file of the model it starts from."""
+    """Whether `run_dir` holds the test results of `config`, run by this code after every file of the model it starts
+    from was written."""
     from bertforge.config import config_to_yaml
 
-    results, saved = run_dir / "test_results.json", run_dir / "config.yaml"
-    if not (results.is_file() and saved.is_file()) or saved.read_text(encoding="utf-8") != config_to_yaml(config):
+    results, saved, code = run_dir / "test_results.json", run_dir / "config.yaml", run_dir / CODE_FILE
+    if not (results.is_file() and saved.is_file() and code.is_file()):
+        return False
+    if saved.read_text(encoding="utf-8") != config_to_yaml(config) or code.read_text(encoding="utf-8") != code_fingerprint():
         return False
     return results.stat().st_mtime > max(path.stat().st_mtime for path in model_dir.iterdir())
 

@@ -87,7 +87,7 @@ def test_a_fine_tuning_setting_overrides_the_lr_and_every_dropout_or_keeps_the_m
         "lr 0.001, dropout the model's", "lr 0.001, dropout 0", "lr 0.0003, dropout the model's", "lr 0.0003, dropout 0"]
 
 
-def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_after_the_models_last_write(
+def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_code_after_the_models_last_write(
         tmp_path: Path) -> None:
     from bertforge.config import config_to_yaml, finetune_defaults, load_config
 
@@ -100,6 +100,10 @@ def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_after_the_
     results = run_dir / "test_results.json"
     results.write_text("{}")
     os.utime(model_dir / "model.safetensors", (time.time() - 60, time.time() - 60))
+    assert not ttq.finished_fine_tune(run_dir, config, model_dir)  # run by unknown code
+    (run_dir / ttq.CODE_FILE).write_text("0" * 64)
+    assert not ttq.finished_fine_tune(run_dir, config, model_dir)  # run by other code
+    (run_dir / ttq.CODE_FILE).write_text(ttq.code_fingerprint())
     assert ttq.finished_fine_tune(run_dir, config, model_dir)
     other = load_config(None, ["optim.lr=0.0003"], base=finetune_defaults())
     assert not ttq.finished_fine_tune(run_dir, other, model_dir)
