@@ -67,8 +67,8 @@ average). Quality:
   models, and supersense fine-tunes better without dropout); a fine-tune that already finished with
   the same config, model and code is read back, not re-run. The tasks: the bundled supersense task
   (8,000 train / 2,000 test glosses, as `pretrain_vs_hf.py`) and `manpages` (all 2,998 train / 387
-  test rows: a man page's DESCRIPTION -> its manual section, 6 classes). manpages because it is technical prose like the debian-docs
-  corpus yet kept out of it by `scripts/build_pretraining_corpus.py`, and it asks for another
+  test rows: a man page's DESCRIPTION -> its manual section, 6 classes). manpages because it is
+  technical prose like the debian-docs corpus yet kept out of it by `scripts/build_pretraining_corpus.py`, and it asks for another
   skill than glosses (what kind of thing a text documents), while staying small enough to
   fine-tune in a minute.
 - MLM accuracy of each final model on each downstream task's test texts (masked once, as above): a
@@ -583,8 +583,8 @@ def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Pa
                        overrides: tuple[str, ...] = ()) -> float:
     """`pretrain_vs_hf.fine_tune_accuracy` for any classification task of `parity.load_task`: the quickstart's
     fine-tuning recipe with a fresh pooler and classifier (plus `overrides`), test accuracy at the end. A run that
-    finished with the same config after the model was written is read back instead (fine-tuning is deterministic
-    on CPU), so an interrupted scoring resumes and a wider grid re-runs only its new settings."""
+    finished with the same config and code after the model was written is read back instead (fine-tuning is
+    deterministic on CPU), so an interrupted scoring resumes and a wider grid re-runs only its new settings."""
     import torch
 
     from bertforge.config import finetune_defaults, load_config
@@ -652,7 +652,7 @@ class FineTuning:
         return (f"optim.lr={self.lr}", *rate)
 
     @property
-    def slug(self) -> str:  # the model's own dropout keeps the run names of the lr-only grid, so its runs are reused
+    def slug(self) -> str:  # the model's own dropout keeps the run names of the earlier, lr-only grid
         return f"lr{self.lr:g}" + ("" if self.dropout is None else f"-dropout{self.dropout:g}")
 
     def __str__(self) -> str:
