@@ -68,9 +68,9 @@ average). Quality:
   the same config, model and code is read back, not re-run. The tasks: the bundled supersense task
   (8,000 train / 2,000 test glosses, as `pretrain_vs_hf.py`) and `manpages` (all 2,998 train / 387
   test rows: a man page's DESCRIPTION -> its manual section, 6 classes). manpages because it is
-  technical prose like the debian-docs corpus yet kept out of it by `scripts/build_pretraining_corpus.py`, and it asks for another
-  skill than glosses (what kind of thing a text documents), while staying small enough to
-  fine-tune in a minute.
+  technical prose like the debian-docs corpus yet kept out of it by
+  `scripts/build_pretraining_corpus.py`, and it asks for another skill than glosses (what kind of
+  thing a text documents), while staying small enough to fine-tune in a minute.
 - MLM accuracy of each final model on each downstream task's test texts (masked once, as above): a
   model can only bring to a task what its corpus taught it about that task's text;
 - time to quality: the first minute at which an arm's validation MLM accuracy reaches (b)'s at the
