@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import importlib.util
 import json
@@ -613,6 +614,7 @@ def fine_tune_accuracy(model_dir: str, task: Any, name: str, seed: int, work: Pa
     return json.loads((run_dir / "test_results.json").read_text())["metrics"]["accuracy"]
 
 
+@functools.cache  # once per process: the code that runs is the code imported at the start, not a later edit
 def code_fingerprint() -> str:
     """sha256 of torch's version and bertforge's source: a fine-tune is reused only under the code that ran it, since
     a change of float rounding alone (such as folding clipping into AdamW) moves its accuracy as another seed does."""
