@@ -65,8 +65,7 @@ def main() -> None:
     settings = [setting for _, _, setting in grid]
     results: dict[str, dict[str, list[float]]] = {task.name: {} for task in tasks}
     for rate, lr, setting in grid:
-        overrides = (f"model.hidden_dropout={rate}", f"model.attention_dropout={rate}",
-                     f"model.classifier_dropout={rate}", f"optim.lr={lr}")
+        overrides = ttq.FineTuning(lr, rate).overrides  # the benchmark's own lr and dropout overrides
         for task in tasks:
             scores = results[task.name].setdefault(setting, [])
             for seed in seeds:
