@@ -29,6 +29,7 @@ from bertforge.data.shards import PretokenizedDataset
 from bertforge.errors import ConfigError
 from bertforge.models.dropout import Dropout
 from bertforge.tasks.pretrain import PretrainTask
+from bertforge.train.dropout_off import dropout_is_on
 from bertforge.train.task import Batch
 from bertforge.train.trainer import FitResult, Trainer
 
@@ -149,6 +150,55 @@ def test_disable_dropout_trains_as_a_model_without_dropout_and_exports_the_model
     assert not all(torch.equal(switched[key], dropout[key]) for key in switched)
     assert switched_config["hidden_dropout_prob"] == switched_config["attention_probs_dropout_prob"] == 0.1
     assert zero_config["hidden_dropout_prob"] == 0.0
+
+
+def test_dropout_comes_back_on_at_disable_dropout_until() -> None:
+    assert [dropout_is_on(fraction, 0.5) for fraction in (0.0, 0.49, 0.5, 0.9, 1.0)] == [False, False, True, True, True]
+    assert not any(dropout_is_on(fraction, 1.0) for fraction in (0.0, 0.5, 0.99, 1.0))
+
+
+class RecordsDropout(PretrainTask):
+    """Records, for each training micro-batch, the dropout probabilities the model trains it with."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.rates: list[set[float]] = []
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        if model.training:
+            self.rates.append({module.p for module in model.modules() if isinstance(module, Dropout)})
+        return super().forward_step(batch, model)
+
+
+def test_dropout_is_off_for_the_first_part_of_the_run_then_at_the_model_s_rates(prepared_mlm: Path,
+                                                                                  tmp_path: Path) -> None:
+    """train.disable_dropout_until=0.5 over 4 steps of 2 micro-batches: steps 0 and 1 train without dropout,
+    steps 2 and 3 with the model's 0.1; the export keeps 0.1."""
+    config = run_config(prepared_mlm, tmp_path / "late", "train.max_steps=4", "train.disable_dropout=true",
+                        "train.disable_dropout_until=0.5")
+    task = RecordsDropout(config)
+    Trainer(config, task).fit()
+    assert task.rates == [{0.0}] * 4 + [{0.1}] * 4
+    exported = json.loads((tmp_path / "late" / "final" / "config.json").read_text(encoding="utf-8"))
+    assert exported["hidden_dropout_prob"] == 0.1
+
+
+def test_pretraining_resumes_exactly_across_the_step_where_dropout_comes_back(prepared_mlm: Path,
+                                                                              tmp_path: Path) -> None:
+    # 6 steps of 2 micro-batches: stopped in step 2 (micro-batch 3), resumed from its checkpoint across step 3
+    first, _ = assert_resume_is_exact(prepared_mlm, tmp_path, ["train.disable_dropout=true",
+                                                              "train.disable_dropout_until=0.5",
+                                                              "model.attention_dropout=0.1"],
+                                      steps=6, stop_at_micro_batch=3)
+    assert first.state.step == 2
+
+
+def test_disable_dropout_until_is_checked() -> None:
+    with pytest.raises(ConfigError, match="train.disable_dropout_until"):
+        load_config(None, ["train.disable_dropout_until=0.5"])
+    for wrong in ("0", "1.5"):
+        with pytest.raises(ConfigError, match="train.disable_dropout_until"):
+            load_config(None, ["train.disable_dropout=true", f"train.disable_dropout_until={wrong}"])
 
 
 # --- data.mask_schedule ------------------------------------------------------------------------------
@@ -385,7 +435,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EVERY_SWITCH = ["data.mask_schedule=cosine", "data.mask_prob_start=0.4", "train.global_batch_size=32",
                 "train.batch_ramp_start=8", "train.batch_ramp_fraction=0.5", "data.seq_len_schedule=[{seq_len: 32, until: 0.5}]",
                 "train.ema=0.7", "schedule.name=one_cycle", "schedule.peak_at=0.25", "train.checkpoint_every=2",
-                "optim.name=stable_adamw", "train.max_steps=8", "data.num_workers=1"]
+                "optim.name=stable_adamw", "train.disable_dropout=true", "train.disable_dropout_until=0.5",
+                "train.max_steps=8", "data.num_workers=1"]
 
 # trains in a child process that kills itself (SIGKILL: no handler, no checkpoint) at training micro-batch argv[2]
 KILLED_AT = """

@@ -303,6 +303,7 @@ class TrainSection:
     ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.999), kept in checkpoints; final/ is the average; None = off
     average_last_k: int | None = None  # final/ = the mean weights of the last K checkpoints (needs checkpoint_every and keep_last >= K); None = off
     disable_dropout: bool = False  # train with every dropout off (Cramming's pre-training); the model's config and export keep their rates for fine-tuning
+    disable_dropout_until: float = 1.0  # with disable_dropout: the fraction of the run (of its steps, or of max_time_minutes under a time-only budget) from which dropout is back on; 1.0 = off for the whole run
 
     def __post_init__(self) -> None:
         check_range("train.micro_batch_size", self.micro_batch_size, low=1)
@@ -321,6 +322,10 @@ class TrainSection:
         check_choice("train.best_mode", self.best_mode, ("max", "min"))
         check_choice("train.nan_policy", self.nan_policy, NAN_POLICIES)
         check_range("train.early_stopping_patience", self.early_stopping_patience, low=1)
+        check_range("train.disable_dropout_until", self.disable_dropout_until, low=0.0, high=1.0, low_inclusive=False)
+        if self.disable_dropout_until < 1.0 and not self.disable_dropout:
+            raise ConfigError("config key `train.disable_dropout_until` says when dropout comes back on, but "
+                              "`train.disable_dropout` is false; set train.disable_dropout=true or remove the key")
         self._check_final_weights()
 
     def _check_final_weights(self) -> None:

@@ -33,7 +33,7 @@ from bertforge.train import distributed as D
 from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
 from bertforge.train.clipping import GradientClipping, folds_into
-from bertforge.train.dropout_off import switch_off_dropout
+from bertforge.train.dropout_off import DropoutSwitch, dropout_is_on
 from bertforge.train.kept_gradients import KeptGradients
 from bertforge.train.logging import MetricsLogger, TrainingProgress
 from bertforge.train.map_style import MapStyleLoader, iterate_once
@@ -119,9 +119,13 @@ class Trainer:
         torch.manual_seed(config.run.seed)  # the same initial weights on every rank
         self.data: TaskData = self.task.build_datasets()
         model = self.task.build_model().to(self.device)
-        if config.train.disable_dropout and switch_off_dropout(model):
-            log.info("training with dropout off (train.disable_dropout); the model's config, and so final/config.json, "
-                     "keeps its dropout rates for fine-tuning")
+        self.dropout = DropoutSwitch(model) if config.train.disable_dropout else None
+        if self.dropout:
+            self.dropout.set(on=False)
+            back_on = (f" until {config.train.disable_dropout_until:g} of the run"
+                       if config.train.disable_dropout_until < 1.0 else "")
+            log.info(f"training with dropout off{back_on} (train.disable_dropout); the model's config, and so "
+                     "final/config.json, keeps its dropout rates for fine-tuning")
         self.layers = list(self.task.layer_modules(model))
         self.model = D.parallelize(model, self.layers, config.dist, self.env, self.device,
                                    self.precision.fsdp_param_dtype)
@@ -384,9 +388,12 @@ class Trainer:
     def _train_step(self, batches: Iterator[Batch], micro_batch_count: int, state: TrainingState,
                     total_steps: int | None) -> tuple[float, dict[str, float], int, bool]:
         config = self.config
-        factor = lr_factor(config.schedule, step=state.step, total_steps=total_steps or 1,
-                           progress=self._progress_fraction(state))
+        progress = self._progress_fraction(state)
+        factor = lr_factor(config.schedule, step=state.step, total_steps=total_steps or 1, progress=progress)
         set_learning_rate(self.optimizer, config.optim.lr, factor)
+        if self.dropout is not None:  # the lr schedule's notion of progress: steps, or elapsed time
+            fraction_done = progress if progress is not None else state.step / (total_steps or 1)
+            self.dropout.set(on=dropout_is_on(fraction_done, config.train.disable_dropout_until))
         micro_batches = [_to_device(next(batches), self.device) for _ in range(micro_batch_count)]
         units = [self.task.loss_units(batch) for batch in micro_batches]
         uses_units = units[0] is not None
