@@ -122,8 +122,8 @@ def test_the_gpu_budget_recipe_is_the_cpu_recipe_at_bert_base_scale() -> None:
     """budget-gpu.yaml (not run here) carries the same switches as the measured CPU recipe."""
     cpu, gpu = (load_config(RECIPES / name) for name in ("budget-cpu.yaml", "budget-gpu.yaml"))
     assert gpu.model.preset == "bert-base" and gpu.train.max_time_minutes == 24 * 60
-    switches = ("train.disable_dropout", "model.hidden_dropout", "model.attention_dropout", "data.mask_schedule", "data.seq_len_schedule",
-                "train.batch_ramp_start", "train.ema", "train.average_last_k", "optim.name", "schedule.name")
+    switches = ("train.disable_dropout", "train.disable_dropout_until", "model.hidden_dropout", "model.attention_dropout",
+                "data.mask_schedule", "data.seq_len_schedule", "train.batch_ramp_start", "train.ema", "train.average_last_k", "optim.name", "schedule.name")
     for key in switches:
         section, name = key.split(".")
         assert getattr(getattr(gpu, section), name) == getattr(getattr(cpu, section), name), key
