@@ -88,6 +88,13 @@ def build_optimizer(section: OptimSection, groups: list[dict[str, Any]], device:
     return optimizer_class(groups, **options)
 
 
+def run_fraction(*, step: int, total_steps: int, progress: float | None = None) -> float:
+    """How far into the run `step` (0-based) of `total_steps` is, in [0, 1]: `progress` (elapsed / budget) for
+    wall-clock budgets, else step / total_steps. The one notion of progress the lr schedule and the switches keyed
+    to it follow."""
+    return min(max(step / max(total_steps, 1) if progress is None else progress, 0.0), 1.0)
+
+
 def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress: float | None = None) -> float:
     """The multiplier of the peak learning rate at `step` (0-based) of `total_steps`.
 
@@ -96,7 +103,7 @@ def lr_factor(section: ScheduleSection, *, step: int, total_steps: int, progress
     steps even under a wall-clock budget, where the decay then spans the whole run).
     """
     total_steps = max(total_steps, 1)
-    fraction = min(max(step / total_steps if progress is None else progress, 0.0), 1.0)
+    fraction = run_fraction(step=step, total_steps=total_steps, progress=progress)
     if section.name == "one_cycle":
         return _one_cycle(section, step=step, total_steps=total_steps, fraction=fraction, by_steps=progress is None)
     if section.warmup >= 1 or progress is None:

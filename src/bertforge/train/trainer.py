@@ -42,6 +42,7 @@ from bertforge.train.optim import (
     default_parameter_groups,
     lr_factor,
     optimizer_class_and_options,
+    run_fraction,
     set_learning_rate,
 )
 from bertforge.train.precision import Precision, resolve_precision
@@ -391,8 +392,8 @@ class Trainer:
         progress = self._progress_fraction(state)
         factor = lr_factor(config.schedule, step=state.step, total_steps=total_steps or 1, progress=progress)
         set_learning_rate(self.optimizer, config.optim.lr, factor)
-        if self.dropout is not None:  # the lr schedule's notion of progress: steps, or elapsed time
-            fraction_done = progress if progress is not None else state.step / (total_steps or 1)
+        if self.dropout is not None:
+            fraction_done = run_fraction(step=state.step, total_steps=total_steps or 1, progress=progress)
             self.dropout.set(on=dropout_is_on(fraction_done, config.train.disable_dropout_until))
         micro_batches = [_to_device(next(batches), self.device) for _ in range(micro_batch_count)]
         units = [self.task.loss_units(batch) for batch in micro_batches]
