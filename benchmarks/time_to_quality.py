@@ -36,16 +36,20 @@ budget and its curve ends early. Each run records planned and done steps and its
 
 Arm (d)'s recipe may turn on switches that bertforge keys to the step count (`Config.step_keyed_switches`:
 `data.mask_schedule`, `data.seq_len_schedule`, `train.batch_ramp_start`), which it refuses under a
-time budget alone. With any of them, arm (d)'s steps are planned as HF's are: a calibration, a
-bertforge run of the recipe on the same prepared data, thrown away, timed by its own clock
-(`elapsed_seconds`) over `CALIBRATION_SECONDS` after `CALIBRATION_WARMUP` steps, and the run gets
-both `train.max_steps = budget / seconds per step` and `train.max_time_minutes`: its schedules, the
-learning rate's included, follow the steps, and the time budget is a hard stop. The calibration
-runs the recipe's most expensive step throughout (`calibration_overrides`): the full batch (no
-ramp), full-length samples (no shorter phases) and the higher of its mask rates (the vocabulary
-projection runs only on masked rows). The ramp's and the short phases' early steps are cheaper, so
-such a run tends to finish its steps before the budget: conservative, its schedules run to their
-end, at the cost of some unused minutes (its record says how many steps were planned and done). A
+time budget alone. With any of them, arm (d)'s steps are planned from timed calibrations, bertforge runs
+of the recipe on the same prepared data, thrown away, each timed by its own clock (`elapsed_seconds`)
+over `CALIBRATION_SECONDS` after `CALIBRATION_WARMUP` steps, and the run gets both `train.max_steps`
+and `train.max_time_minutes`: its schedules, the learning rate's included, follow the steps, and the
+time budget is a hard stop. One calibration runs the recipe's most expensive step throughout
+(`calibration_overrides`: the full batch, full-length samples, the higher of its mask rates, since the
+vocabulary projection runs only on masked rows); where the ramp or a shorter phase makes cheaper
+steps, a second runs its cheapest (`cheapest_calibration_overrides`: the ramp's first batch at the
+shortest phase's length, the higher mask rate still). A step's seconds are modelled as a line in its
+tokens (samples × length) through the two (`StepCost`), and the planned steps are the most whose
+modelled seconds, over the step shapes the ramp and phases give (`step_tokens`, the trainer's own
+functions of step and total steps), fit the budget (`steps_filling`). (Before the second calibration,
+the dearest step's seconds alone sized the plan, and the 10-minute ramp and phase screens ended at 6.9
+and 7.4 minutes.) The record says how many steps were planned and done, and both calibrations. A
 recipe with only time-keyed switches trains for `train.max_time_minutes` alone, as arm (c) does.
 
 Along each run the model is exported in HF format at 1/8, 1/4, 1/2 and 3/4 of the budget (by each
@@ -420,38 +424,123 @@ def bertforge_config(spec: RunSpec, max_steps: int | None = None, overrides: tup
 
 def calibration_overrides(config: Any) -> tuple[str, ...]:
     """`config`'s most expensive step, every step: the full batch, full-length samples and the higher of its mask
-    rates (the vocabulary projection runs only on masked rows), so that the steps planned from it fit the budget.
-    Its evaluation at the end, thrown away with the run, scores one validation sample."""
+    rates (the vocabulary projection runs only on masked rows). Its evaluation at the end, thrown away with the run,
+    scores one validation sample."""
     mask_prob = max(config.data.mask_prob, config.data.mask_prob_start or 0.0)
     return ("run.name=calibration", "train.max_time_minutes=null", "train.batch_ramp_start=null",
             "data.seq_len_schedule=[]", "data.mask_schedule=constant", "data.mask_prob_start=null",
             f"data.mask_prob={mask_prob}", "data.validation_samples=1")
 
 
-def calibrate_bertforge(spec: RunSpec, config: Any) -> float:
-    """Seconds per step of `config`'s most expensive step (`calibration_overrides`), timed by a short bertforge run
-    on the same data that is then thrown away."""
+def cheapest_step(config: Any) -> tuple[int, int]:
+    """(samples, tokens per sample) of `config`'s cheapest step: the batch ramp's first and the shortest phase's."""
+    samples = config.train.batch_ramp_start or config.train.global_batch_size
+    return samples, min([config.data.seq_len, *(phase.seq_len for phase in config.data.seq_len_schedule)])
+
+
+def cheapest_calibration_overrides(config: Any) -> tuple[str, ...]:
+    """`calibration_overrides` at the shape of `cheapest_step`: that batch, and samples cut to that length for every
+    step (one phase to the last step of the calibration's step budget). The mask rate stays the higher one."""
+    samples, seq_len = cheapest_step(config)
+    phase = () if seq_len == config.data.seq_len else (f"data.seq_len_schedule=[{{seq_len: {seq_len}, until: 0.999999}}]",)
+    return (*calibration_overrides(config), f"train.global_batch_size={samples}", *phase)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Seconds per step as a line in the step's tokens (samples × tokens per sample) through two timed shapes: the
+    recipe's cheapest step and its most expensive one (one shape, one cost, when they are the same)."""
+    cheap_tokens: int
+    cheap_seconds: float
+    full_tokens: int
+    full_seconds: float
+
+    @property
+    def seconds_per_token(self) -> float:
+        tokens = self.full_tokens - self.cheap_tokens
+        return (self.full_seconds - self.cheap_seconds) / tokens if tokens else 0.0
+
+    def seconds(self, tokens: Any) -> Any:
+        """Of a step, or of an array of steps, of `tokens` tokens."""
+        return self.cheap_seconds + self.seconds_per_token * (tokens - self.cheap_tokens)
+
+
+def step_tokens(config: Any, total_steps: int) -> Any:
+    """The tokens of each of `total_steps` steps (samples × tokens per sample) under `config`'s batch ramp and
+    sequence-length phases: the same functions of (step, total steps) the trainer and the data path follow."""
+    import math
+
+    import numpy as np
+
+    from bertforge.data.curriculum import DataCurriculum
+    from bertforge.data.sampler import BatchRamp
+
+    train = config.train
+    steps = np.arange(total_steps)
+    samples = np.full(total_steps, train.global_batch_size)
+    if train.batch_ramp_start is not None:
+        ramp = BatchRamp(train.batch_ramp_start, train.global_batch_size,
+                         math.ceil(train.batch_ramp_fraction * total_steps), train.micro_batch_size)
+        samples = np.array([ramp.size_at(int(step)) for step in steps])
+    curriculum = DataCurriculum.from_config(config.data)
+    lengths = np.array([curriculum.at(int(step), total_steps).seq_len or config.data.seq_len for step in steps])
+    return samples * lengths
+
+
+def steps_filling(budget_seconds: float, cost: StepCost, config: Any) -> int:
+    """The most steps whose modelled seconds (`cost` over `step_tokens`) fit in `budget_seconds`: a step budget that a
+    ramp's or a short phase's cheap early steps do not leave partly unused. Between the bounds that certainly fit
+    (every step the dearest) and certainly do not (every step the cheapest), by bisection."""
+    def fits(total_steps: int) -> bool:
+        return float(cost.seconds(step_tokens(config, total_steps)).sum()) <= budget_seconds
+
+    low = max(1, int(budget_seconds / max(cost.full_seconds, cost.cheap_seconds)))
+    high = int(budget_seconds / min(cost.full_seconds, cost.cheap_seconds)) + 1
+    if not fits(low):
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def calibrate_bertforge(spec: RunSpec, config: Any, overrides: tuple[str, ...]) -> float:
+    """Seconds per step of `config` with `overrides` (a calibration shape), timed by a short bertforge run on the same
+    data that is then thrown away."""
     from bertforge.tasks.pretrain import PretrainTask
 
-    calibration = bertforge_config(spec, max_steps=1_000_000, overrides=calibration_overrides(config))
+    calibration = bertforge_config(spec, max_steps=1_000_000, overrides=overrides)
     trainer = CalibratingTrainer(calibration, PretrainTask(calibration), *spec.calibration)
     result = trainer.fit()  # stopped by the trainer's own calibration clock
     shutil.rmtree(result.run_dir)
     return trainer.seconds_per_step(result.state)
 
 
+def step_cost(spec: RunSpec, config: Any) -> StepCost:
+    """Both calibrations of `config` (one where its cheapest step is its dearest)."""
+    full_tokens = config.train.global_batch_size * config.data.seq_len
+    full_seconds = calibrate_bertforge(spec, config, calibration_overrides(config))
+    samples, seq_len = cheapest_step(config)
+    if samples * seq_len == full_tokens:
+        return StepCost(full_tokens, full_seconds, full_tokens, full_seconds)
+    return StepCost(samples * seq_len, calibrate_bertforge(spec, config, cheapest_calibration_overrides(config)),
+                    full_tokens, full_seconds)
+
+
 def run_bertforge_arm(spec: RunSpec) -> dict[str, Any]:
     """Arm c or d: `train.max_time_minutes`, exporting along bertforge's own clock; arm d's step-keyed switches
-    add `train.max_steps`, planned by a calibration."""
+    add `train.max_steps`, planned from calibrations (`steps_filling`)."""
     from bertforge.tasks.pretrain import PretrainTask
 
     config = bertforge_config(spec)
     planned: dict[str, Any] = {}
     if switches := config.step_keyed_switches():
-        seconds_per_step = calibrate_bertforge(spec, config)
-        planned_steps = max(1, int(spec.budget_minutes * 60 / seconds_per_step))
+        cost = step_cost(spec, config)
+        planned_steps = steps_filling(spec.budget_minutes * 60, cost, config)
         config = bertforge_config(spec, max_steps=planned_steps)
-        planned = {"planned_steps": planned_steps, "calibration_seconds_per_step": seconds_per_step,
+        planned = {"planned_steps": planned_steps, "calibration_seconds_per_step": cost.full_seconds,
+                   "calibration_cheapest_seconds_per_step": cost.cheap_seconds,
+                   "calibration_tokens_per_step": [cost.cheap_tokens, cost.full_tokens],
                    "step_keyed_switches": switches}
     trainer = ExportingTrainer(config, PretrainTask(config), export_marks(spec.budget_minutes),
                                Path(spec.out_dir) / "exports")

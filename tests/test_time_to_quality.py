@@ -194,6 +194,58 @@ def test_arm_d_with_step_keyed_switches_trains_for_planned_steps_with_the_time_b
     assert (calibration.run.name, calibration.train.ema) == ("calibration", 0.999)
 
 
+def test_the_cheapest_calibration_runs_the_first_ramp_step_at_the_shortest_phase_length(tmp_path: Path) -> None:
+    time_only = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE))
+    assert ttq.cheapest_step(time_only) == (8, 64)
+    cheapest = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE), max_steps=1_000_000,
+                                    overrides=ttq.cheapest_calibration_overrides(time_only))
+    assert (cheapest.train.global_batch_size, cheapest.train.batch_ramp_start, cheapest.data.mask_prob) == (8, None, 0.3)
+    assert [(phase.seq_len, phase.until) for phase in cheapest.data.seq_len_schedule] == [(64, 0.999999)]
+    mask_only = ttq.bertforge_config(arm_d_spec(tmp_path, "data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n"))
+    assert ttq.cheapest_step(mask_only) == (32, 128)  # the mask rate changes no shape: one calibration is enough
+
+
+def test_step_tokens_follow_the_batch_ramp_and_the_sequence_length_phases(tmp_path: Path) -> None:
+    config = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE), max_steps=10)
+    # the ramp grows 8 -> 32 over ceil(0.6 * 10) = 6 steps in multiples of the micro-batch (8); 64 tokens until
+    # half the steps
+    samples = [8, 8, 16, 16, 24, 24, 32, 32, 32, 32]
+    lengths = [64] * 5 + [128] * 5
+    assert ttq.step_tokens(config, 10).tolist() == [s * n for s, n in zip(samples, lengths, strict=True)]
+
+
+def test_the_planned_steps_are_the_most_whose_modelled_seconds_fit_the_budget(tmp_path: Path) -> None:
+    config = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE))
+    cost = ttq.StepCost(cheap_tokens=8 * 64, cheap_seconds=0.05, full_tokens=32 * 128, full_seconds=0.5)
+    budget = 600.0
+    planned = ttq.steps_filling(budget, cost, config)
+    assert cost.seconds(ttq.step_tokens(config, planned)).sum() <= budget
+    assert cost.seconds(ttq.step_tokens(config, planned + 1)).sum() > budget
+    # the old plan, every step at the dearest shape, leaves a third of this budget unused
+    assert planned > 1.4 * budget / cost.full_seconds
+    same_shape = ttq.StepCost(32 * 128, 0.5, 32 * 128, 0.5)
+    mask_only = ttq.bertforge_config(arm_d_spec(tmp_path, "data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n"))
+    assert ttq.steps_filling(budget, same_shape, mask_only) == 1200
+
+
+def test_both_calibrations_train_the_recipe_on_real_data_and_leave_nothing_behind(
+        tmp_path: Path, corpus_slice: Path, tokenizer_dir: Path) -> None:
+    from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
+
+    mlm_data = tmp_path / "mlm"  # MLM-only samples: sequence-length phases refuse NSP pairs
+    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, mlm_data, PrepareSettings(nsp=False, split=(9, 1)),
+                             workers=0, progress=False)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(STEP_KEYED_RECIPE.replace("{seq_len: 64", "{seq_len: 32"), encoding="utf-8")
+    spec = ttq.RunSpec(arm="d", budget_minutes=1.0, seed=42, model="bert-tiny", threads=1,
+                       out_dir=str(tmp_path / "out"), tokenizer_dir=str(tokenizer_dir), data_dir=str(mlm_data),
+                       recipe=str(recipe), calibration=(0.5, 2))
+    cost = ttq.step_cost(spec, ttq.bertforge_config(spec))
+    assert (cost.cheap_tokens, cost.full_tokens) == (8 * 32, 32 * 128)
+    assert cost.cheap_seconds > 0 and cost.full_seconds > 0
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # both runs thrown away
+
+
 def tiny_hf_trainer(output_dir: Path, callback: Any) -> Any:
     """HF `Trainer` on a 2-layer BertForMaskedLM and 8 random rows, with steps enough to outlast any budget here."""
     from transformers import BertConfig, BertForMaskedLM, Trainer, TrainingArguments
