@@ -468,8 +468,6 @@ class StepCost:
 def step_tokens(config: Any, total_steps: int) -> Any:
     """The tokens of each of `total_steps` steps (samples × tokens per sample) under `config`'s batch ramp and
     sequence-length phases: the same functions of (step, total steps) the trainer and the data path follow."""
-    import math
-
     import numpy as np
 
     from bertforge.data.curriculum import DataCurriculum
@@ -479,8 +477,7 @@ def step_tokens(config: Any, total_steps: int) -> Any:
     steps = np.arange(total_steps)
     samples = np.full(total_steps, train.global_batch_size)
     if train.batch_ramp_start is not None:
-        ramp = BatchRamp(train.batch_ramp_start, train.global_batch_size,
-                         math.ceil(train.batch_ramp_fraction * total_steps), train.micro_batch_size)
+        ramp = BatchRamp.of_run(train, total_steps, world_size=1)  # the benchmark trains in one process
         samples = np.array([ramp.size_at(int(step)) for step in steps])
     curriculum = DataCurriculum.from_config(config.data)
     lengths = np.array([curriculum.at(int(step), total_steps).seq_len or config.data.seq_len for step in steps])

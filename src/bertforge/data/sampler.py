@@ -15,10 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bertforge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bertforge.config import TrainSection
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,13 @@ class BatchRamp:
             raise ConfigError(f"`train.batch_ramp_start` ({self.start}) must be a multiple of `train.micro_batch_size` "
                               f"× world size ({self.unit}); e.g. set train.batch_ramp_start="
                               f"{max(self.unit, self.start - self.start % self.unit)}")
+
+    @classmethod
+    def of_run(cls, train: TrainSection, total_steps: int, world_size: int) -> BatchRamp:
+        """`train.batch_ramp_start` growing to the global batch over `batch_ramp_fraction` of a run's `total_steps`."""
+        assert train.batch_ramp_start is not None
+        return cls(train.batch_ramp_start, train.global_batch_size, math.ceil(train.batch_ramp_fraction * total_steps),
+                   train.micro_batch_size * world_size)
 
     def size_at(self, step: int) -> int:
         if step >= self.steps:

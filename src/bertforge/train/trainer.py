@@ -211,8 +211,7 @@ class Trainer:
         if train.batch_ramp_start is None:
             return
         assert total_steps is not None, "_check_step_keyed_switches runs first"
-        ramp = BatchRamp(train.batch_ramp_start, train.global_batch_size, math.ceil(train.batch_ramp_fraction * total_steps),
-                         train.micro_batch_size * self.env.world_size)
+        ramp = BatchRamp.of_run(train, total_steps, self.env.world_size)
         self.train_loader.plan = self.train_loader.plan.with_batch_ramp(ramp)
         log.info(f"global batch ramps from {ramp.start} to {ramp.full} samples over the first {ramp.steps} steps")
 
