@@ -111,6 +111,29 @@ def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_code_after
     assert not ttq.finished_fine_tune(run_dir, config, model_dir)
 
 
+def test_the_mixed_corpus_takes_every_kth_large_document_and_spreads_both_parts_through_the_file(
+        tmp_path: Path) -> None:
+    large, small = tmp_path / "large.txt", tmp_path / "small.txt"
+    large_documents = [f"large {i:02d} ".ljust(20, "x") for i in range(60)]  # 1,200 characters
+    small_documents = [f"small {i} ".ljust(60, "y") for i in range(10)]  # 600 characters
+    large.write_text("".join(f"{d}\n\n" for d in large_documents), encoding="utf-8")
+    small.write_text("".join(f"{d}\n\n" for d in small_documents), encoding="utf-8")
+    out = tmp_path / "mixed" / "corpus.txt"
+    taken = ttq.write_mixed_corpus(large, small, 0.5, out)  # half of the text from large: every 2nd document
+    documents = ttq.corpus_documents(out)
+    assert taken == {"large": 30, "small": 10} and len(documents) == 40
+    assert [d for d in documents if d.startswith("large")] == large_documents[::2]
+    assert [d for d in documents if d.startswith("small")] == small_documents
+    # evenly spread: each quarter of the file holds a quarter of each part, so the validation tail holds both
+    for quarter in range(4):
+        part = documents[quarter * 10:(quarter + 1) * 10]
+        assert sum(d.startswith("small") for d in part) in (2, 3)
+    assert ttq.write_mixed_corpus(large, small, 0.75, tmp_path / "three-quarters.txt")["large"] == 60
+    assert not list(out.parent.glob(".*"))  # written atomically, no temporary left
+    ttq.write_mixed_corpus(large, small, 0.5, tmp_path / "again.txt")
+    assert (tmp_path / "again.txt").read_bytes() == out.read_bytes()
+
+
 def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_settings(tmp_path: Path) -> None:
     store = ttq.ResultStore(tmp_path / "results")
     keys = [ttq.RunKey("c", 10.0, 42), ttq.RunKey("d", 10.0, 42), ttq.RunKey("c", 0.5, 7)]
