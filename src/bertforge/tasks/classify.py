@@ -16,8 +16,9 @@ run directory) and exports `final/` in Hugging Face format with the label names,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,9 +28,16 @@ from bertforge.config import Config, FinetuneSection
 from bertforge.console import console, log
 from bertforge.data.labeled import LabeledDataset, collate_unpadded
 from bertforge.data.labels import LabeledData, LabeledSplit, load_labeled_data
+from bertforge.data.validation_subset import (
+    ValidationSubset,
+    final_splits_with_validation,
+    sample_rows,
+    subset_of_split,
+)
 from bertforge.errors import ConfigError
 from bertforge.locate import resolve_data_file, resolve_model, resolve_model_path, tokenizer_dir_for
 from bertforge.tasks.evaluation import (
+    EvaluationReport,
     classification_loss,
     evaluate_dataset,
     metrics_line,
@@ -58,6 +66,8 @@ class ClassificationTask(Task):
         self.explicit_final_splits = dict(final_splits) if final_splits is not None else None
         self.class_weights: torch.Tensor | None = None
         self._tokenizer_dir: Path | None = None
+        self.validation_subset: ValidationSubset | None = None
+        self.validation_rows: Any = None  # the split (or subset) the evaluations during training score
 
     # --- data -----------------------------------------------------------------------------------
 
@@ -103,7 +113,10 @@ class ClassificationTask(Task):
         max_length = self.config.finetune.max_length
         tokenizer = self.tokenizer_dir()
         train = LabeledDataset(data.train, tokenizer, max_length)
-        validation = LabeledDataset(data.validation, tokenizer, max_length) if data.validation is not None else None
+        if data.validation is not None:
+            strata = data.validation.labels if data.task_type == "classification" else None
+            self.validation_rows = self.draw_validation(data.validation, strata, "label")
+        validation = LabeledDataset(self.validation_rows, tokenizer, max_length) if self.validation_rows is not None else None
         if data.class_weights is not None:
             self.class_weights = torch.tensor(data.class_weights, dtype=torch.float32)
         kind = "regression" if data.task_type == "regression" else f"{data.num_labels} classes"
@@ -111,6 +124,24 @@ class ClassificationTask(Task):
                  f"on average, no padding), {len(validation) if validation else 0:,} validation, {kind}")
         return TaskData(train=train, collate=collate_unpadded, validation=validation,
                         tokens_per_sample=train.num_tokens / len(train))
+
+    def draw_validation(self, split: Any, strata: Sequence[Hashable] | None, stratified_by: str) -> Any:
+        """The rows of the validation split that evaluations score: `data.validation_samples` of them as a
+        seeded sample, stratified by `strata` (one key per row) when given; all of them without a cap."""
+        limit, seed = self.config.data.validation_samples, self.config.run.seed
+        rows = sample_rows(len(split), limit, seed, strata)
+        self.validation_subset = ValidationSubset(rows, len(split), seed,
+                                                  stratified_by if strata is not None else None)
+        if not self.validation_subset.is_whole_split:
+            log.info(f"validation: {len(rows):,} of {len(split):,} rows (data.validation_samples), a seeded "
+                     f"{'sample stratified by ' + stratified_by if strata is not None else 'sample'}")
+        return subset_of_split(split, self.validation_subset)
+
+    def report_of(self, report: EvaluationReport, split: Any) -> EvaluationReport:
+        """A final evaluation's report, saying so when it scored the rows that chose the checkpoint."""
+        if split is self.validation_rows and self.validation_subset is not None:
+            return dataclasses.replace(report, subset=self.validation_subset.describe())
+        return report
 
     def _check_best_metric(self) -> None:
         """Before the first step: a misspelt or wrong-way `train.best_metric` is a config error, not a
@@ -212,11 +243,12 @@ class ClassificationTask(Task):
 
     def final_splits(self) -> dict[str, LabeledSplit]:
         if self.explicit_final_splits is not None:
-            return self.explicit_final_splits
+            if self.validation_subset is None or self.validation_subset.is_whole_split:
+                return self.explicit_final_splits
+            assert self.validation_rows is not None
+            return self.explicit_final_splits | {"validation": self.validation_rows}
         assert self.labeled is not None
-        if self.labeled.test is not None:
-            return {"test": self.labeled.test}
-        return {"validation": self.labeled.validation} if self.labeled.validation is not None else {}
+        return final_splits_with_validation(self.labeled.test, self.labeled.validation, self.validation_rows)
 
     def save_final(self, model: nn.Module, directory: Path) -> None:
         """Evaluate the final splits with the (best) model, then export `final/` in Hugging Face format."""
@@ -226,7 +258,7 @@ class ClassificationTask(Task):
         tokenizer = self.tokenizer_dir()
         for name, split in self.final_splits().items():
             dataset = LabeledDataset(split, tokenizer, self.config.finetune.max_length)
-            report = evaluate_dataset(model, dataset, name, self.config.train.micro_batch_size)
+            report = self.report_of(evaluate_dataset(model, dataset, name, self.config.train.micro_batch_size), split)
             written = write_evaluation(report, directory.parent)
             log.info(f"{name} ({len(dataset):,} examples): {metrics_line(report.metrics)}")
             log.info(f"{name} report: {', '.join(str(p) for p in written)}")

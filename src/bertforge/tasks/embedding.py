@@ -31,6 +31,7 @@ from torch import nn
 from bertforge.batch import model_inputs
 from bertforge.console import log
 from bertforge.data.pairs import PairData, PairDataset, PairSplit, collate_pairs, load_pair_data
+from bertforge.data.validation_subset import final_splits_with_validation
 from bertforge.locate import resolve_model
 from bertforge.tasks.classify import ClassificationTask
 from bertforge.tasks.contrastive import (
@@ -72,6 +73,8 @@ class EmbeddingTask(ClassificationTask):
         tokenizer = self.tokenizer_dir()
         train = PairDataset(self.pairs.train, tokenizer, section.max_length)
         validation = self.pairs.validation
+        if validation is not None:  # pairs have no classes: a plain seeded sample
+            validation = self.validation_rows = self.draw_validation(validation, None, "")
         validation_set = PairDataset(validation, tokenizer, section.max_length) if validation is not None else None
         texts = len(train.columns)
         log.info(f"embedding data: {len(train):,} training {'triplets' if texts == 3 else 'pairs'} "
@@ -126,17 +129,15 @@ class EmbeddingTask(ClassificationTask):
         return set(RETRIEVAL_METRICS if self.mnrl else COSINE_METRICS) | {"loss"}
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
-        assert self.pairs is not None and self.pairs.validation is not None
-        return pair_metrics(model, batches, self.pairs.validation, self.config.finetune.embedding_loss,
+        assert self.validation_rows is not None
+        return pair_metrics(model, batches, self.validation_rows, self.config.finetune.embedding_loss,
                             self.config.finetune.similarity_scale)
 
     # --- the end --------------------------------------------------------------------------------
 
     def final_splits(self) -> dict[str, PairSplit]:  # type: ignore[override]
         assert self.pairs is not None
-        if self.pairs.test is not None:
-            return {"test": self.pairs.test}
-        return {"validation": self.pairs.validation} if self.pairs.validation is not None else {}
+        return final_splits_with_validation(self.pairs.test, self.pairs.validation, self.validation_rows)
 
     def save_final(self, model: nn.Module, directory: Path) -> None:
         """Evaluate the final splits with the (best) model, then export `final/` as a sentence-transformers
@@ -147,8 +148,9 @@ class EmbeddingTask(ClassificationTask):
         section = self.config.finetune
         tokenizer = self.tokenizer_dir()
         for name, split in self.final_splits().items():
-            report = evaluate_pairs(model, split, tokenizer, section.max_length, name, section.embedding_loss,
-                                    section.similarity_scale, self.config.train.micro_batch_size)
+            report = self.report_of(evaluate_pairs(model, split, tokenizer, section.max_length, name,
+                                                   section.embedding_loss, section.similarity_scale,
+                                                   self.config.train.micro_batch_size), split)
             written = write_evaluation(report, directory.parent)
             log.info(f"{name} ({len(split):,} pairs): {metrics_line(report.metrics)}")
             log.info(f"{name} report: {', '.join(str(p) for p in written)}")

@@ -69,12 +69,14 @@ class EvaluationReport:
     metrics: dict[str, float]
     per_class: list[ClassReport]  # empty for regression
     confusion: np.ndarray | None  # counts[true, predicted]; None for regression
+    subset: dict[str, Any] | None = None  # the validation rows that chose the checkpoint: ValidationSubset.describe()
 
     def to_json(self) -> dict[str, Any]:
         return {"split": self.split, "source": self.source, "task_type": self.task_type,
                 "label_names": self.label_names, "metrics": self.metrics,
                 "per_class": [asdict(report) for report in self.per_class],
-                "confusion_matrix": self.confusion.tolist() if self.confusion is not None else None}
+                "confusion_matrix": self.confusion.tolist() if self.confusion is not None else None} | (
+                    {"subset": self.subset} if self.subset is not None else {})
 
 
 def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -101,7 +103,10 @@ def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batc
 
 def report_markdown(report: EvaluationReport) -> str:
     """Metrics, per-class precision/recall/F1 and the confusion matrix as one markdown document."""
-    lines = [f"# {report.split} evaluation", "", f"Data: `{report.source}`", "", "| metric | value |", "|---|---:|"]
+    lines = [f"# {report.split} evaluation", "", f"Data: `{report.source}`", ""]
+    if report.subset is not None:
+        lines += [subset_sentence(report.subset), ""]
+    lines += ["| metric | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.4f} |" if name != "examples" else f"| examples | {int(value):,} |"
               for name, value in report.metrics.items()]
     if report.per_class:
@@ -115,6 +120,17 @@ def report_markdown(report: EvaluationReport) -> str:
         lines += [f"| {name} | " + " | ".join(str(c) for c in report.confusion[row]) + " |"
                   for row, name in enumerate(names)]
     return "\n".join(lines) + "\n"
+
+
+def subset_sentence(subset: dict[str, Any]) -> str:
+    """What the evaluations during training scored (`ValidationSubset.describe()`), in words."""
+    if subset["rows"] == subset["of"]:
+        rows = f"all {subset['of']:,} rows"
+    else:
+        how = f" stratified by {subset['stratified_by']}" if subset["stratified_by"] else ""
+        rows = (f"{subset['rows']:,} of its {subset['of']:,} rows, a seeded sample{how} (data.validation_samples, "
+                f"seed {subset['seed']})")
+    return f"The evaluations during training scored {rows}; they chose this checkpoint."
 
 
 def write_evaluation(report: EvaluationReport, directory: str | Path) -> list[Path]:

@@ -23,6 +23,7 @@ from bertforge.batch import model_inputs
 from bertforge.console import console, log
 from bertforge.data.aligned import TaggedDataset, collate_tagged
 from bertforge.data.tagged import TaggedData, TaggedSplit, load_tagged_data
+from bertforge.data.validation_subset import final_splits_with_validation, rarest_entity_types
 from bertforge.locate import resolve_model
 from bertforge.tasks.classify import ClassificationTask
 from bertforge.tasks.entity_metrics import ENTITY_METRICS, entity_metrics, per_type_report, tag_sequences
@@ -52,6 +53,9 @@ class TokenClassificationTask(ClassificationTask):
         tokenizer = self.tokenizer_dir()
         train = TaggedDataset(self.tagged.train, tokenizer, section.max_length)
         validation = self.tagged.validation
+        if validation is not None:
+            strata = rarest_entity_types(validation.tags, validation.tag_names) if validation.tags is not None else None
+            validation = self.validation_rows = self.draw_validation(validation, strata, "entity type")
         validation_set = TaggedDataset(validation, tokenizer, section.max_length) if validation is not None else None
         for dataset in (train, validation_set):
             if dataset is not None and dataset.words_cut:
@@ -110,9 +114,7 @@ class TokenClassificationTask(ClassificationTask):
 
     def final_splits(self) -> dict[str, TaggedSplit]:  # type: ignore[override]
         assert self.tagged is not None
-        if self.tagged.test is not None:
-            return {"test": self.tagged.test}
-        return {"validation": self.tagged.validation} if self.tagged.validation is not None else {}
+        return final_splits_with_validation(self.tagged.test, self.tagged.validation, self.validation_rows)
 
     def save_final(self, model: nn.Module, directory: Path) -> None:
         """Evaluate the final splits with the (best) model, then export `final/` in Hugging Face format."""
@@ -122,7 +124,7 @@ class TokenClassificationTask(ClassificationTask):
         tokenizer = self.tokenizer_dir()
         for name, split in self.final_splits().items():
             dataset = TaggedDataset(split, tokenizer, self.config.finetune.max_length)
-            report = evaluate_tagged(model, dataset, name, self.config.train.micro_batch_size)
+            report = self.report_of(evaluate_tagged(model, dataset, name, self.config.train.micro_batch_size), split)
             written = write_evaluation(report, directory.parent)
             log.info(f"{name} ({len(dataset):,} sentences): {metrics_line(report.metrics)}")
             log.info(f"{name} report: {', '.join(str(p) for p in written)}")

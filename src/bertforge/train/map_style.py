@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -56,9 +56,9 @@ class MapStyleLoader:
 
 
 def iterate_once(dataset: Dataset, collate: Callable[[list[Any]], dict[str, Any]], batch_size: int,
-                 limit: int | None = None) -> Iterator[dict[str, Any]]:
-    """Evaluation batches in order, each sample once (optionally only the first `limit`)."""
-    total = len(dataset) if limit is None else min(limit, len(dataset))  # type: ignore[arg-type]
-    for start in range(0, total, batch_size):
+                 rows: Sequence[int] | None = None) -> Iterator[dict[str, Any]]:
+    """Evaluation batches in order, each sample once (optionally only those of `rows`)."""
+    rows = range(len(dataset)) if rows is None else rows  # type: ignore[arg-type]
+    for start in range(0, len(rows), batch_size):
         with torch.no_grad():
-            yield collate([dataset[i] for i in range(start, min(start + batch_size, total))])
+            yield collate([dataset[i] for i in rows[start:start + batch_size]])

@@ -26,6 +26,7 @@ from torch import nn
 from bertforge.config import Config, save_config
 from bertforge.console import log
 from bertforge.data.sampler import BatchGeometry, BatchRamp
+from bertforge.data.validation_subset import sample_rows
 from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
@@ -179,8 +180,9 @@ class Trainer:
             return None
         if self.data.collate is None:
             raise ConfigError(f"{type(self.task).__name__}.build_datasets returned validation data without `collate`")
-        return list(iterate_once(self.data.validation, self.data.collate, self.config.train.micro_batch_size,
-                                 self.config.data.validation_samples))
+        # a seeded sample, not the head of a file that may be sorted; fine-tuning tasks stratify their own
+        rows = sample_rows(len(self.data.validation), self.config.data.validation_samples, self.config.run.seed)
+        return list(iterate_once(self.data.validation, self.data.collate, self.config.train.micro_batch_size, rows))
 
     # --- budget ---------------------------------------------------------------------------------
 
