@@ -7,17 +7,22 @@ listed in `COMMAND_MODULES` only once it works end to end (no placeholder comman
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib
 import logging
 import os
+import re
 import sys
+from pathlib import Path
+from typing import NoReturn
 
 from rich.markup import escape
 
 from bertforge import __version__
 from bertforge.console import NORMAL, QUIET, VERBOSE, console, setup_logging
 from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, USER_ERROR_EXIT_CODE, BertforgeError, user_message
+from bertforge.size_limits import lift_limits
 
 COMMAND_MODULES = [
     "bertforge.commands.quickstart",
@@ -38,8 +43,29 @@ COMMAND_MODULES = [
 ]
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse whose errors suggest the closest command or choice (`pretrian` -> `pretrain`); subcommand
+    parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(with_suggestion(message))
+
+
+INVALID_CHOICE = re.compile(r"invalid choice: '?(?P<given>[^' ]*)'? \(choose from (?P<choices>.*)\)")
+OVERRIDE = re.compile(r"[A-Za-z_][\w.\[\]-]*=")
+
+
+def with_suggestion(message: str) -> str:
+    match = INVALID_CHOICE.search(message)
+    if match is None:
+        return message
+    choices = [choice.strip().strip("'") for choice in match["choices"].split(",")]
+    close = difflib.get_close_matches(match["given"], choices, n=1, cutoff=0.6)
+    return f"{message}; did you mean {close[0]!r}?" if close else message
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="bertforge",
         description="From raw text to a trained, evaluated, exported BERT-family encoder.",
         epilog="Run `bertforge <command> --help` for a command's options and an example.",
@@ -61,16 +87,60 @@ def add_global_flags(parser: argparse.ArgumentParser) -> None:
                        help="debug-level logging")
     group.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show full tracebacks for errors")
+    group.add_argument("--no-size-limits", action="store_true", default=argparse.SUPPRESS,
+                       help="lift the checks on vocabulary and model sizes (a model larger than this machine's "
+                            "memory, a vocabulary over 2^20 tokens)")
 
 
 # what the file system says when the user's disk, quota, mount or limits (not bertforge) refuse a write
 FILE_SYSTEM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES})
 
 
+def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse a command line whose dotted overrides (`KEY=VALUE`) may stand anywhere after CONFIG, between
+    and after options: argparse alone takes positionals in one run, so `glue CONFIG --jobs 2 glue.tasks=[rte]`
+    would leave `glue.tasks=[rte]` unrecognized. Leftover overrides are appended in command-line order."""
+    args, extras = parser.parse_known_args(argv)
+    command = innermost_parser(parser, args)
+    if hasattr(args, "overrides"):
+        if args.config is not None and is_override(args.config) and not Path(args.config).exists():
+            args.overrides.insert(0, args.config)
+            args.config = None
+        args.overrides += [extra for extra in extras if is_override(extra)]
+        extras = [extra for extra in extras if not is_override(extra)]
+        if args.config is None and args.config_required:
+            command.error(f"missing CONFIG, the YAML recipe to run{first_example(command)}; the KEY=VALUE "
+                          "overrides are optional")
+    if extras:
+        command.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
+def is_override(argument: str) -> bool:
+    return OVERRIDE.match(argument) is not None
+
+
+def innermost_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command the arguments chose, for errors that show its usage."""
+    while True:
+        subcommands = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, subcommands.dest, None) if subcommands is not None else None
+        if subcommands is None or chosen is None:
+            return parser
+        parser = subcommands.choices[chosen]
+
+
+def first_example(parser: argparse.ArgumentParser) -> str:
+    lines = (parser.epilog or "").splitlines()
+    return f", e.g. `{lines[1].strip()}`" if len(lines) > 1 and lines[0] == "example:" else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     debug = getattr(args, "debug", False) or os.environ.get("BERTFORGE_DEBUG") == "1"
+    if getattr(args, "no_size_limits", False):
+        lift_limits()
     verbosity = QUIET if getattr(args, "quiet", False) else VERBOSE if getattr(args, "verbose", False) else NORMAL
     setup_logging(verbosity)
     if not debug:

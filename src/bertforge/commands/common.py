@@ -24,12 +24,14 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, *, help: str,
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, config_required: bool = True) -> None:
     """CONFIG [key=value ...] and --print-config, for every command driven by the config tree."""
-    parser.add_argument("config", nargs=None if config_required else "?", metavar="CONFIG",
-                        help="YAML config file (may `extends:` others)")
+    # CONFIG is optional to argparse, so a missing one gets our message (`cli.parse_arguments`), not "required:
+    # CONFIG, KEY=VALUE"; overrides after options are collected there too
+    parser.add_argument("config", nargs="?", metavar="CONFIG", help="YAML config file (may `extends:` others)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="dotted overrides, e.g. optim.lr=2e-5 data.seq_len=128")
+                        help="dotted overrides anywhere after CONFIG, e.g. optim.lr=2e-5 data.seq_len=128")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config as YAML and exit")
+    parser.set_defaults(config_required=config_required)
 
 
 def resolve_config(args: argparse.Namespace, base: Config | None = None) -> Config | None:
