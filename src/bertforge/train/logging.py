@@ -126,13 +126,20 @@ def _plain(config: Config) -> Any:
 
 
 class TrainingProgress:
-    """A rich bar: step, loss, lr, tokens/s and ETA. Silent on other ranks and with --quiet."""
+    """A rich bar: step, loss, lr, tokens/s and ETA. Silent on other ranks and with --quiet.
+
+    Off a terminal (nohup, Slurm, a pipe: the console, stderr, is a file) a bar cannot redraw and rich shows it
+    only at the end, so each `train.log_every` step prints one plain line with the same numbers instead."""
 
     def __init__(self, total_steps: int | None, enabled: bool) -> None:
         self.enabled = enabled and progress_enabled()
+        self.plain_lines = self.enabled and not console.is_terminal
+        self.total_steps = total_steps
+        self._first: tuple[int, float] | None = None  # (step, time) of the first update: the ETA's origin
         self._progress = Progress(
             TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False, disable=not self.enabled)
+            TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+            disable=not self.enabled or self.plain_lines)
         self._task = self._progress.add_task("train", total=total_steps, stats="")
 
     def __enter__(self) -> TrainingProgress:
@@ -143,8 +150,34 @@ class TrainingProgress:
         self._progress.__exit__(*exc)  # type: ignore[arg-type]
 
     def update(self, step: int, stats: dict[str, float]) -> None:
+        """Steps without stats move the bar; steps with them (every `train.log_every`) also print a plain line."""
+        if self.plain_lines:
+            now = time.monotonic()
+            if self._first is None:
+                self._first = (step, now)
+            if stats:
+                console.print(progress_line(step, self.total_steps, stats, self._eta(step, now)), markup=False,
+                              highlight=False, soft_wrap=True)
+            return
         text = "  ".join(_format(key, value) for key, value in stats.items())
         self._progress.update(self._task, completed=step, stats=text)
+
+    def _eta(self, step: int, now: float) -> float | None:
+        assert self._first is not None
+        first_step, started = self._first
+        if self.total_steps is None or step <= first_step:
+            return None
+        return (self.total_steps - step) * (now - started) / (step - first_step)
+
+
+def progress_line(step: int, total_steps: int | None, stats: dict[str, float], eta_seconds: float | None) -> str:
+    """`step 50/300  loss 4.1234  lr 1.00e-03  tokens/s 12,345  eta 0:02:30`: one line a log file keeps."""
+    parts = [f"step {step}/{total_steps}" if total_steps is not None else f"step {step}"]
+    parts += [_format(key, value) for key, value in stats.items()]
+    if eta_seconds is not None:
+        minutes, seconds = divmod(round(eta_seconds), 60)
+        parts.append(f"eta {minutes // 60}:{minutes % 60:02d}:{seconds:02d}")
+    return "  ".join(parts)
 
 
 def _format(key: str, value: float) -> str:
