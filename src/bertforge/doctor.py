@@ -8,6 +8,7 @@ in the precision they will train in, and the tokens/s and MFU of a few real trai
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -66,6 +67,8 @@ class TrainingSpeed:
     peak_source: str  # measured fp32/bf16 matmul | table: <GPU> | --peak-tflops | unknown
     mfu: float | None
     final_loss: float
+    load_average: float | None = None  # 1-minute load average after the timed steps (None where the OS has none)
+    cpu_cores: int | None = None  # logical cores: a load above them means the timing shared the machine
 
     @property
     def ok(self) -> bool:
@@ -266,7 +269,16 @@ def timed_training(preset: str, config: EncoderConfig, seq_len: int, batch_size:
     peak, source = peak_flops(device, precision, override_tflops)
     mfu = tokens_per_second * flops_per_token / peak if peak else None
     return TrainingSpeed(preset, seq_len, batch_size, steps, tokens_per_second, flops_per_token,
-                         None if peak is None else peak / 1e12, source, mfu, loss)
+                         None if peak is None else peak / 1e12, source, mfu, loss, load_average(), os.cpu_count())
+
+
+def load_average() -> float | None:
+    """The 1-minute load average: tokens/s measured on a busy machine can be several times lower than on a quiet
+    one (5x between two runs on a shared 2-core machine), so the report says what the timing ran under."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return None
 
 
 def synchronize(device: torch.device) -> None:

@@ -63,6 +63,17 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def load_sentence(load_average: float | None, cpu_cores: int | None) -> str:
+    """The load the timing ran under, and whether other processes shared the cores."""
+    if load_average is None:
+        return "unknown (no load average on this system)"
+    cores = f" on {cpu_cores} cores" if cpu_cores else ""
+    busy = cpu_cores is not None and load_average > cpu_cores * 0.75
+    verdict = ("busy: other processes shared the cores, so tokens/s is lower than on a quiet machine" if busy
+               else "quiet enough for tokens/s to be representative")
+    return f"load average {load_average:.2f} (1 min){cores}: {verdict}"
+
+
 def print_report(report) -> None:  # type: ignore[no-untyped-def]
     from rich.markup import escape
     from rich.table import Table
@@ -109,7 +120,8 @@ def print_report(report) -> None:  # type: ignore[no-untyped-def]
         for key, value in (("tokens/s", f"{speed.tokens_per_second:,.0f}"),
                            ("model FLOPs/token", f"{speed.flops_per_token:.3g}"), ("peak", peak),
                            ("MFU", f"{speed.mfu:.1%}" if speed.mfu is not None else "unknown"),
-                           ("last loss", f"{speed.final_loss:.3f}" + ("" if speed.ok else " [bold red]not finite[/]"))):
+                           ("last loss", f"{speed.final_loss:.3f}" + ("" if speed.ok else " [bold red]not finite[/]")),
+                           ("machine load", escape(load_sentence(speed.load_average, speed.cpu_cores)))):
             timing.add_row(key, value)
         stdout_console.print(timing)
     stdout_console.print("all checks passed" if report.ok else "[bold red]a check failed[/]")
