@@ -87,7 +87,7 @@ def test_two_nodes_give_one_process_losses_with_the_same_global_batch(two_node_r
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(train_losses(two_node_run)) == 6
-    assert (two_node_run / "checkpoints" / "step-00000006" / "rng-rank1.pt").is_file()  # two ranks ran
+    assert (two_node_run / "checkpoints" / "step-00000006" / "rng-rank1.safetensors").is_file()  # two ranks ran
     # measured: bitwise equal here; the tolerance leaves room for another summation order of the two
     # micro-batches' gradients (all-reduce vs accumulation) on other machines
     assert train_losses(two_node_run) == pytest.approx(train_losses(single), rel=1e-6)

@@ -59,7 +59,7 @@ def test_fp16_resume_restores_the_grad_scaler_and_ends_bitwise_equal(prepared_co
     resumed = tmp_path / "resumed"
     train(prepared_corpus, resumed, "train.max_steps=3", *fp16)
     train(prepared_corpus, resumed, "train.max_steps=6", *fp16)  # run.resume=auto: from step 3
-    scaler_file = Path("checkpoints") / "step-00000006" / "scaler.pt"
+    scaler_file = Path("checkpoints") / "step-00000006" / "scaler.safetensors"
     expected, restored = (torch.load(run / scaler_file, weights_only=True) for run in (uninterrupted, resumed))
     assert restored == expected and restored["_growth_tracker"] == 6  # a fresh scaler would count 3
     a, b = final_weights(uninterrupted, 6), final_weights(resumed, 6)

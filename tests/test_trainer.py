@@ -214,7 +214,7 @@ def test_bf16_on_cpu_warns_and_still_trains(tmp_path: Path, caplog: pytest.LogCa
 def test_fp16_uses_a_grad_scaler_that_is_checkpointed(tmp_path: Path) -> None:
     config = config_for(tmp_path / "fp16", "train.precision=fp16", "train.max_steps=2")
     Trainer(config, trainer_tasks.SmallWithDropout(config)).fit()
-    assert (tmp_path / "fp16" / "checkpoints" / "step-00000002" / "scaler.pt").is_file()
+    assert (tmp_path / "fp16" / "checkpoints" / "step-00000002" / "scaler.safetensors").is_file()
 
 
 def test_plot_writes_png_curves(uninterrupted: Path, tmp_path: Path) -> None:

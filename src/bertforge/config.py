@@ -35,8 +35,8 @@ def check_range(key: str, value: float | int | None, *, low: float | None = None
                 low_inclusive: bool = True, high_inclusive: bool = True) -> None:
     if value is None:
         return
-    if isinstance(value, float) and math.isnan(value):
-        raise ConfigError(f"config key `{key}` is NaN; give a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key `{key}` is {value}; give a finite number")
     too_low = low is not None and (value < low if low_inclusive else value <= low)
     too_high = high is not None and (value > high if high_inclusive else value >= high)
     if too_low or too_high:
@@ -300,6 +300,7 @@ class TrainSection:
     best_mode: str = "max"  # max | min: whether a larger best_metric is better
     early_stopping_patience: int | None = None  # evaluations without best_metric improving before stopping; None = never
     nan_policy: str = "skip"  # on a non-finite loss: skip the step | stop | rollback to the last checkpoint
+    max_skipped_steps: int = 10  # under nan_policy skip/rollback: a run that skips more steps than this has diverged and stops (exit 2, no final/)
     ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.999), kept in checkpoints; final/ is the average; None = off
     average_last_k: int | None = None  # final/ = the mean weights of the last K checkpoints (needs checkpoint_every and keep_last >= K); None = off
     disable_dropout: bool = False  # train with every dropout off (Cramming's pre-training); the model's config and export keep their rates for fine-tuning
@@ -321,6 +322,7 @@ class TrainSection:
         check_range("train.keep_last", self.keep_last, low=1)
         check_choice("train.best_mode", self.best_mode, ("max", "min"))
         check_choice("train.nan_policy", self.nan_policy, NAN_POLICIES)
+        check_range("train.max_skipped_steps", self.max_skipped_steps, low=0)
         check_range("train.early_stopping_patience", self.early_stopping_patience, low=1)
         check_range("train.disable_dropout_until", self.disable_dropout_until, low=0.0, high=1.0, low_inclusive=False)
         if self.disable_dropout_until < 1.0 and not self.disable_dropout:
@@ -488,7 +490,8 @@ def _friendly(error: OmegaConfBaseException, source: str, layer: Any = None) -> 
     return ConfigError(f"invalid config in {source}: {first_line(error)}")
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping, loaded safely (no tag builds a Python object); errors name file:line."""
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; check the path")
     try:
@@ -496,6 +499,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        if isinstance(error, yaml.constructor.ConstructorError):  # a !!python/... tag: safe loading builds no objects
+            raise ConfigError(f"{where}: a YAML tag bertforge does not read ({error.problem}); a config holds plain "
+                              "values only: remove the tag") from None
         raise ConfigError(f"{where}: not valid YAML ({getattr(error, 'problem', error)}); fix the syntax") from None
     if data is None:
         return {}
@@ -511,10 +517,13 @@ def _layers_of(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[dict[str, 
     if path in seen:
         chain = " -> ".join(str(p) for p in (*seen, path))
         raise ConfigError(f"config `extends` forms a cycle: {chain}; remove one of the links")
-    data = _read_yaml(path)
+    data = read_yaml(path)
     parents = data.pop(EXTENDS_KEY, None) or []
     if isinstance(parents, str):
         parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(parent, str) and parent for parent in parents):
+        raise ConfigError(f"{path}: `{EXTENDS_KEY}` is {parents!r}; give a file path or a list of file paths "
+                          "(relative to this file), e.g. extends: [base.yaml]")
     layers: list[tuple[dict[str, Any], str]] = []
     for parent in parents:
         layers.extend(_layers_of((path.parent / parent), (*seen, path)))
@@ -585,7 +594,7 @@ def _pop_dotted(tree: dict[str, Any], key: str) -> Any:
 
 def load_run_config(path: str | Path) -> Config:
     """A run directory's saved `config.yaml`, also one written by an earlier bertforge (`upgrade_saved_tree`)."""
-    merged = _merge(OmegaConf.structured(Config), upgrade_saved_tree(_read_yaml(Path(path))), str(path))
+    merged = _merge(OmegaConf.structured(Config), upgrade_saved_tree(read_yaml(Path(path))), str(path))
     return _to_config(merged, str(path))
 
 

@@ -15,8 +15,9 @@ files may be `bundled:supersense/SPLIT`.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from bertforge.errors import BertforgeError
 from bertforge.storage import is_remote
@@ -95,12 +96,48 @@ def _run_of(path: Path, levels: int) -> Path | None:
     return candidate if candidate is not None and (candidate / RUN_CONFIG).is_file() else None
 
 
-def _latest_checkpoint(run_dir: Path) -> Path | None:
-    directory = run_dir / "checkpoints"
-    marker = directory / "latest"
-    if marker.is_file() and (directory / marker.read_text(encoding="utf-8").strip() / CHECKPOINT_META).is_file():
-        return directory / marker.read_text(encoding="utf-8").strip()
-    complete = sorted(p for p in directory.glob("step-*") if (p / CHECKPOINT_META).is_file()) if directory.is_dir() else []
+CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
+LATEST_MARKER, BEST_MARKER = "latest", "best"
+
+
+def is_relative_inside(name: str) -> bool:
+    """Whether `name` (from a manifest or marker a file wrote) is a relative path that stays below its
+    directory: no absolute path, no `..`, no empty part. What a run directory or dataset names is read
+    only from inside it, so a crafted `../../elsewhere` cannot make a command read another tree."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    return bool(parts) and not PurePosixPath(name).is_absolute() and all(p not in ("", ".", "..") for p in parts)
+
+
+def complete_checkpoints(checkpoints: Path) -> list[Path]:
+    """The complete checkpoints (`step-N/` with its meta.json) of a `checkpoints/` directory, oldest first."""
+    if not checkpoints.is_dir():
+        return []
+    return sorted(p for p in checkpoints.iterdir() if CHECKPOINT_NAME.match(p.name) and (p / CHECKPOINT_META).is_file())
+
+
+def checkpoint_named_by(checkpoints: Path, marker: str) -> Path | None:
+    """The complete checkpoint the `latest` or `best` marker of `checkpoints/` names, if it names one there.
+
+    A marker holds a bare `step-N` name, never a path: anything else (`../../other/checkpoints/step-N`),
+    or a name whose directory resolves outside `checkpoints/` (a symlink), is ignored."""
+    path = checkpoints / marker
+    if not path.is_file():
+        return None
+    name = path.read_text(encoding="utf-8").strip()
+    if not CHECKPOINT_NAME.match(name):
+        return None
+    candidate = checkpoints / name
+    if candidate.resolve().parent != checkpoints.resolve() or not (candidate / CHECKPOINT_META).is_file():
+        return None
+    return candidate
+
+
+def latest_checkpoint(checkpoints: Path) -> Path | None:
+    """The checkpoint named by `latest`, or else the newest complete one."""
+    named = checkpoint_named_by(checkpoints, LATEST_MARKER)
+    if named is not None:
+        return named
+    complete = complete_checkpoints(checkpoints)
     return complete[-1] if complete else None
 
 
@@ -121,7 +158,7 @@ def resolve_model(reference: str | Path) -> ModelLocation:
     if (path / RUN_CONFIG).is_file():
         if (path / "final").is_dir():
             return resolve_model(path / "final")
-        latest = _latest_checkpoint(path)
+        latest = latest_checkpoint(path / "checkpoints")
         if latest is not None:
             from bertforge.console import log
 

@@ -32,6 +32,7 @@ import numpy as np
 from bertforge.console import log
 from bertforge.data.shard_cache import ShardCache
 from bertforge.errors import DataError
+from bertforge.locate import is_relative_inside
 from bertforge.storage import cache_root, cat_whole, filesystem, is_remote, with_retries
 
 FORMAT_NAME = "bertforge-pretokenized"
@@ -127,7 +128,20 @@ def read_manifest(url: str) -> dict[str, Any]:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise DataError(f"{where}: format version {manifest.get('format_version')} but this bertforge reads "
                         f"version {FORMAT_VERSION}; re-run `bertforge prepare` with this version")
+    _check_paths_inside(manifest, where)
     return manifest
+
+
+def _check_paths_inside(manifest: dict[str, Any], where: str) -> None:
+    """Every file a manifest names lies inside the dataset: a crafted `../../elsewhere` is refused before
+    anything is opened, so a copied dataset can make bertforge read only its own files."""
+    named = [entry.get("path") for split in manifest.get("splits", {}).values() for shard in split.get("shards", [])
+             for entry in shard.get("files", {}).values()]
+    named.append(manifest.get("tokenizer", {}).get("path") or "tokenizer")
+    for path in named:
+        if not isinstance(path, str) or not is_relative_inside(path):
+            raise DataError(f"{where}: names the file {path!r}, which is not a path inside the dataset; the manifest "
+                            "is damaged or crafted: re-copy the dataset or re-run `bertforge prepare`")
 
 
 def _sha256_of(path: Path) -> str:

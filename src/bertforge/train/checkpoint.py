@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -34,14 +33,30 @@ from torch import nn
 from bertforge.console import log
 from bertforge.disk import DiskWriteError, disk_write
 from bertforge.errors import BertforgeError
-from bertforge.locate import CHECKPOINT_MODEL, LEGACY_CHECKPOINT_WEIGHTS
+from bertforge.locate import (
+    BEST_MARKER,
+    CHECKPOINT_META,
+    CHECKPOINT_MODEL,
+    LATEST_MARKER,
+    LEGACY_CHECKPOINT_WEIGHTS,
+    checkpoint_named_by,
+    complete_checkpoints,
+    latest_checkpoint,
+)
 from bertforge.models.serialization import WEIGHTS_NAME, load_weights_into
 from bertforge.train.averaging import EMA_FILE, WeightEMA
 from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
+from bertforge.train.safe_dcp import load_dcp
+from bertforge.train.state_files import load_state, save_state, state_path
 
-CHECKPOINT_PATTERN = re.compile(r"^step-(\d{8})$")
-LATEST_MARKER = "latest"
-META_FILE = "meta.json"
+META_FILE = CHECKPOINT_META
+OPTIMIZER_STATE, SCALER_STATE = "optimizer", "scaler"
+# what bertforge before the state files wrote: pickles, which can run code when read, so never read
+PICKLED_STATE_FILES = ("optimizer.pt", "scaler.pt", "rng-rank0.pt")
+
+
+def rng_state_name(rank: int) -> str:
+    return f"rng-rank{rank}"
 
 
 @dataclass
@@ -111,20 +126,15 @@ class CheckpointManager:
     # --- discovery ------------------------------------------------------------------------------
 
     def complete_checkpoints(self) -> list[Path]:
-        if not self.directory.is_dir():
-            return []
-        found = [p for p in self.directory.iterdir() if CHECKPOINT_PATTERN.match(p.name) and (p / META_FILE).is_file()]
-        return sorted(found, key=lambda p: p.name)
+        return complete_checkpoints(self.directory)
 
     def latest(self) -> Path | None:
         """The checkpoint named by `latest`, or else the newest complete one."""
-        marker = self.directory / LATEST_MARKER
-        if marker.is_file():
-            candidate = self.directory / marker.read_text(encoding="utf-8").strip()
-            if (candidate / META_FILE).is_file():
-                return candidate
-        complete = self.complete_checkpoints()
-        return complete[-1] if complete else None
+        return latest_checkpoint(self.directory)
+
+    def best(self) -> Path | None:
+        """The checkpoint named by `best`, when it names one of this run's."""
+        return checkpoint_named_by(self.directory, BEST_MARKER)
 
     def resume_candidates(self) -> list[Path]:
         """Checkpoints to resume from, best first: `latest`, then every older complete one, newest first."""
@@ -155,7 +165,7 @@ class CheckpointManager:
             os.replace(temporary, final)
             _write_atomically(self.directory / LATEST_MARKER, name)
             if best:
-                _write_atomically(self.directory / "best", name)
+                _write_atomically(self.directory / BEST_MARKER, name)
             self._prune()
         barrier(self.env)
         return final
@@ -179,13 +189,13 @@ class CheckpointManager:
 
         def tensors_and_rng() -> None:
             self._save_tensors(model, optimizer, temporary)
-            torch.save(rng_state(), temporary / f"rng-rank{self.env.rank}.pt")
+            save_state(rng_state(), state_path(temporary, rng_state_name(self.env.rank)))
             if self.ema is not None and self.env.is_main:  # the same average on every rank
                 self.ema.save(temporary / EMA_FILE)
 
         def scaler_and_meta() -> None:
             if scaler is not None:
-                torch.save(scaler.state_dict(), temporary / "scaler.pt")
+                save_state(scaler.state_dict(), state_path(temporary, SCALER_STATE))
             meta = asdict(state) | {"world_size": self.env.world_size}
             (temporary / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
             _fsync_tree(temporary)
@@ -229,13 +239,13 @@ class CheckpointManager:
         if self.env.is_main:
             if self.write_model is None:
                 torch.save(unwrap(model).state_dict(), directory / LEGACY_CHECKPOINT_WEIGHTS)
-            torch.save(optimizer.state_dict(), directory / "optimizer.pt")
+            save_state(optimizer.state_dict(), state_path(directory, OPTIMIZER_STATE))
 
     def _prune(self) -> None:
         keep = {p.name for p in self.complete_checkpoints()[-self.keep_last:]}
-        best_marker = self.directory / "best"
-        if best_marker.is_file():
-            keep.add(best_marker.read_text(encoding="utf-8").strip())
+        best = self.best()
+        if best is not None:
+            keep.add(best.name)
         for path in self.complete_checkpoints():
             if path.name not in keep:
                 shutil.rmtree(path, ignore_errors=True)
@@ -249,28 +259,27 @@ class CheckpointManager:
         if not meta_path.is_file():
             raise BertforgeError(f"{path} is not a complete bertforge checkpoint (no {META_FILE}); "
                                  "pick another one or set run.resume=never")
+        _refuse_pickled_state(path)
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         saved_world = meta.pop("world_size", 1)
         if (path / "dcp").is_dir():
-            import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
             model_state, optimizer_state = get_state_dict(model, optimizer)
             target = {"model": model_state, "optimizer": optimizer_state}
-            dcp.load(target, checkpoint_id=str(path / "dcp"))
+            load_dcp(target, str(path / "dcp"))
             set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
         else:
             _load_model_weights(path, model)
             if optimizer is not None:
-                optimizer_state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
-                optimizer.load_state_dict(optimizer_state)
-        if scaler is not None and (path / "scaler.pt").is_file():
-            scaler.load_state_dict(torch.load(path / "scaler.pt", weights_only=True))
+                optimizer.load_state_dict(load_state(state_path(path, OPTIMIZER_STATE)))
+        if scaler is not None and state_path(path, SCALER_STATE).is_file():
+            scaler.load_state_dict(load_state(state_path(path, SCALER_STATE)))
         if self.ema is not None:
             self._load_ema(path, model)
-        rng_file = path / f"rng-rank{self.env.rank}.pt"
+        rng_file = state_path(path, rng_state_name(self.env.rank))
         if rng_file.is_file() and saved_world == self.env.world_size:
-            set_rng_state(torch.load(rng_file, weights_only=False))
+            set_rng_state(load_state(rng_file))
         return TrainingState(**meta)
 
     def _load_ema(self, path: Path, model: nn.Module) -> None:
@@ -285,14 +294,28 @@ class CheckpointManager:
     def load_weights(self, path: Path, model: nn.Module) -> None:
         """Only the model weights of a checkpoint (e.g. the best one, at the end of fine-tuning)."""
         if (path / "dcp").is_dir():
-            import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
             target = {"model": get_model_state_dict(model)}
-            dcp.load(target, checkpoint_id=str(path / "dcp"))
+            load_dcp(target, str(path / "dcp"))
             set_model_state_dict(model, target["model"])
         else:
             _load_model_weights(path, model)
+
+
+def _refuse_pickled_state(checkpoint: Path) -> None:
+    """A checkpoint from before the state files holds pickles (optimizer.pt, rng-rank*.pt): reading
+    them could run code planted in them, so it is refused, with the way to keep its weights."""
+    if state_path(checkpoint, OPTIMIZER_STATE).is_file() or (checkpoint / "dcp").is_dir():
+        return
+    pickled = [name for name in PICKLED_STATE_FILES if (checkpoint / name).is_file()]
+    if pickled:
+        weights = checkpoint / CHECKPOINT_MODEL if (checkpoint / CHECKPOINT_MODEL).is_dir() else checkpoint.parent.parent
+        raise BertforgeError(
+            f"{checkpoint} was written by an earlier bertforge: its optimizer and RNG state are pickles "
+            f"({', '.join(pickled)}), which can run code when read, so bertforge no longer resumes from it. Start a "
+            f"new run from its weights with model.init_from={weights} (the optimizer starts afresh), or set "
+            "run.resume=never")
 
 
 def _load_model_weights(checkpoint: Path, model: nn.Module) -> None:

@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 
-from bertforge.config import Config, config_to_yaml, upgrade_saved_tree
+from bertforge.config import Config, config_to_yaml, read_yaml, upgrade_saved_tree
 from bertforge.console import log
 from bertforge.errors import ConfigError
 
@@ -24,8 +23,8 @@ from bertforge.errors import ConfigError
 MAY_CHANGE = ("run.resume", "run.device", "run.output_dir", "optim.lr", "optim.clip_grad_norm",
               "train.max_steps", "train.max_epochs", "train.max_tokens", "train.max_time_minutes",
               "train.eval_every", "train.log_every", "train.checkpoint_every", "train.keep_last",
-              "train.early_stopping_patience", "train.nan_policy", "train.best_metric", "train.best_mode",
-              "train.average_last_k",
+              "train.early_stopping_patience", "train.nan_policy", "train.max_skipped_steps", "train.best_metric",
+              "train.best_mode", "train.average_last_k",
               "data.num_workers", "data.validation_samples", "data.verify_checksums", "data.cache_dir",
               "finetune.validation_file", "finetune.test_file", "dist.activation_checkpointing", "dist.compile",
               "log.", "glue.")  # glue.* chooses the jobs of `bertforge glue`, not how one of them trains
@@ -63,7 +62,7 @@ def check_resumed_config(run_dir: Path, config: Config, *, write: bool) -> None:
                                                  key=lambda p: int(p.stem.rsplit("-", 1)[1]))]
     if not segments[0].is_file():
         return
-    saved = flatten(upgrade_saved_tree(yaml.safe_load(segments[-1].read_text(encoding="utf-8")) or {}))
+    saved = flatten(upgrade_saved_tree(read_yaml(segments[-1])))
     current = flatten(OmegaConf.to_container(OmegaConf.structured(config)))
     changes = {key: values for key, values in config_changes(saved, current).items() if key != "run.resume"}
     if not changes:

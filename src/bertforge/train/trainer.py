@@ -99,6 +99,7 @@ class Trainer:
         self.geometry = BatchGeometry(config.train.micro_batch_size, config.train.global_batch_size,
                                       self.env.world_size, self.env.rank)
         self._stop_signal: int | None = None
+        self._divergence: str | None = None  # why a diverged run stopped (the error it ends with)
         self._previous_handlers: dict[int, Any] = {}
         self.run_lock = DirectoryLock(self.run_dir, "run directory", "choose another run.name")
 
@@ -382,9 +383,9 @@ class Trainer:
         self.metrics.close()
         D.shutdown_distributed()
         if stopped_by == "nan":
-            raise BertforgeError(f"non-finite loss at step {state.step} (train.nan_policy=stop); lower optim.lr, "
-                                 "enable optim.clip_grad_norm or use precision fp32/bf16, then resume from the "
-                                 "last checkpoint")
+            raise BertforgeError(self._divergence or (
+                f"non-finite loss at step {state.step} (train.nan_policy=stop); lower optim.lr, enable "
+                "optim.clip_grad_norm or use precision fp32/bf16, then resume from the last checkpoint"))
         return FitResult(self.run_dir, state, stopped_by, self._stop_signal if stopped_by == "signal" else None)
 
     def _train_step(self, batches: Iterator[Batch], micro_batch_count: int, state: TrainingState,
@@ -478,10 +479,30 @@ class Trainer:
             log.warning(f"non-finite loss ({loss}) at step {state.step}: rolled weights and optimizer back to "
                         f"{latest.name}; the offending batches are skipped (data position kept)")
             state.best_metric, state.best_step = restored.best_metric, restored.best_step
+        if state.skipped_steps > self.config.train.max_skipped_steps:
+            self._divergence = (f"the run diverged: {state.skipped_steps} steps had a non-finite loss by step "
+                                f"{state.step}, more than train.max_skipped_steps={self.config.train.max_skipped_steps};"
+                                " no final/ was written. Lower optim.lr or enable optim.clip_grad_norm and start a "
+                                "new run (or raise train.max_skipped_steps)")
+            log.error(self._divergence)
+            return "nan"
+        if policy == "rollback":
             return "budget"
         log.warning(f"non-finite loss ({loss}) at step {state.step}: update skipped "
                     f"({state.skipped_steps} so far; train.nan_policy=skip)")
         return "budget"
+
+    def _refuse_diverged_result(self, state: TrainingState) -> None:
+        """A run whose weights or last validation loss are not finite has diverged: no final/ is written as
+        if it had succeeded (its checkpoints stay, to inspect or roll back to)."""
+        broken_metrics = [name for name, value in state.metrics.items() if "loss" in name and not math.isfinite(value)]
+        broken_weights = sum(not bool(torch.isfinite(p).all()) for p in self.model.parameters())
+        if not D.any_rank(bool(broken_metrics or broken_weights), self.env, self.device):
+            return
+        found = (f"{broken_weights} weight tensors are not finite" if broken_weights else
+                 f"the last validation {', '.join(broken_metrics)} is not finite")
+        raise BertforgeError(f"the run diverged: at step {state.step} {found}; no final/ was written. Lower optim.lr or "
+                             "enable optim.clip_grad_norm and start a new run")
 
     def _should_evaluate(self, state: TrainingState, total_steps: int | None) -> bool:
         every = self.config.train.eval_every
@@ -517,10 +538,10 @@ class Trainer:
     def _finish(self, state: TrainingState) -> None:
         """Put the weights `final/` should hold into the model (the best checkpoint's, the moving average, the
         mean of the last checkpoints, or else the last weights), then write `final/` in HF format."""
-        best_marker = self.checkpoints.directory / "best"
+        self._refuse_diverged_result(state)
         origin = self._final_weights(state)
-        if self.config.train.best_metric and best_marker.is_file():
-            best = self.checkpoints.directory / best_marker.read_text(encoding="utf-8").strip()
+        best = self.checkpoints.best() if self.config.train.best_metric else None
+        if best is not None:
             self.checkpoints.load_weights(best, self.model)
             log.info(f"reloaded the best checkpoint {best.name} ({self.config.train.best_metric} = {state.best_metric})")
         full_state = _full_state_dict(self.model)
