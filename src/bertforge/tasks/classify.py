@@ -119,6 +119,8 @@ class ClassificationTask(Task):
         validation = LabeledDataset(self.validation_rows, tokenizer, max_length) if self.validation_rows is not None else None
         if data.class_weights is not None:
             self.class_weights = torch.tensor(data.class_weights, dtype=torch.float32)
+        if data.task_type == "classification" and data.train.labels is not None:
+            warn_suspicious_labels(data.train)
         kind = "regression" if data.task_type == "regression" else f"{data.num_labels} classes"
         log.info(f"fine-tuning data: {len(train):,} training examples ({train.num_tokens / len(train):.1f} tokens "
                  f"on average, no padding), {len(validation) if validation else 0:,} validation, {kind}")
@@ -268,6 +270,18 @@ class ClassificationTask(Task):
                 console.print(per_class_table(report.per_class, title=f"{name}: per-class metrics"))
                 console.print(confusion_table(report.confusion, report.label_names, title=f"{name}: confusion matrix"))
         export_hf(model, tokenizer, directory)
+
+
+def warn_suspicious_labels(train: LabeledSplit) -> None:
+    """Name rare training labels and likely typos of another label before a run learns them as classes."""
+    from collections import Counter
+
+    from bertforge.data.label_warnings import suspicious_labels
+
+    ids = Counter(train.labels)
+    counts = {name: ids.get(index, 0) for index, name in enumerate(train.label_names) if ids.get(index, 0)}
+    for sentence in suspicious_labels(counts):
+        log.warning(f"{train.source}: {sentence}; fix the label, merge it with finetune.label_map, or drop the row")
 
 
 def hint_sentence_transformers_pooling(path: Path) -> None:
