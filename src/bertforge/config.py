@@ -300,7 +300,7 @@ class TrainSection:
     best_mode: str = "max"  # max | min: whether a larger best_metric is better
     early_stopping_patience: int | None = None  # evaluations without best_metric improving before stopping; None = never
     nan_policy: str = "skip"  # on a non-finite loss: skip the step | stop | rollback to the last checkpoint
-    max_skipped_steps: int = 10  # under nan_policy skip/rollback: a run that skips more steps than this has diverged and stops (exit 2, no final/)
+    max_skipped_steps: int = 10  # under nan_policy skip/rollback: a run that skips more steps than this has diverged and stops (exit 2, no final/); one that skipped over half its steps fails at the end
     ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.999), kept in checkpoints; final/ is the average; None = off
     average_last_k: int | None = None  # final/ = the mean weights of the last K checkpoints (needs checkpoint_every and keep_last >= K); None = off
     disable_dropout: bool = False  # train with every dropout off (Cramming's pre-training); the model's config and export keep their rates for fine-tuning

@@ -62,8 +62,9 @@ def metrics_records(run_dir: Path, split: str) -> list[dict]:
     return [record for record in map(json.loads, lines) if record["split"] == split]
 
 
-def run_cli(*arguments: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`bertforge ARGS` in a fresh process, as a user runs it."""
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "COLUMNS": "1000"}
+def run_cli(*arguments: str, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`bertforge ARGS` in a fresh process, as a user runs it (`env`: extra environment variables)."""
+    environment = os.environ | {"HF_HUB_OFFLINE": "1", "COLUMNS": "1000"} | (env or {})
     return subprocess.run([sys.executable, "-m", "bertforge.cli", *arguments], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=env, timeout=300)
+                          cwd=cwd or ROOT, env=environment, timeout=300)

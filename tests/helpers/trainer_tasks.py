@@ -96,3 +96,36 @@ class _CorruptRows:
 
     def __getitem__(self, index: int):  # type: ignore[no-untyped-def]
         raise DataError("shard-00000: checksum mismatch; re-run `bertforge prepare`")
+
+
+class NaNLossFromStep(SmallWithDropout):
+    """Every training micro-batch from number `BERTFORGE_TEST_NAN_FROM` (1-based) on has a NaN loss: a run
+    that has diverged for good."""
+
+    calls = 0
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, metrics = super().forward_step(batch, model)
+        if model.training:
+            NaNLossFromStep.calls += 1
+            if NaNLossFromStep.calls >= int(os.environ["BERTFORGE_TEST_NAN_FROM"]):
+                loss = loss * float("nan")
+        return loss, metrics
+
+
+class _NaNGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, loss: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return grad * float("nan")
+
+
+class NaNGradients(SmallWithDropout):
+    """Finite losses whose gradients are NaN: no step is skipped, the weights turn non-finite."""
+
+    def forward_step(self, batch: Batch, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, metrics = super().forward_step(batch, model)
+        return (_NaNGradient.apply(loss) if model.training else loss), metrics

@@ -488,7 +488,7 @@ class Trainer:
             return "nan"
         if policy == "rollback":
             return "budget"
-        log.warning(f"non-finite loss ({loss}) at step {state.step}: update skipped "
+        log.warning(f"non-finite loss or gradients (loss {loss}) at step {state.step}: update skipped "
                     f"({state.skipped_steps} so far; train.nan_policy=skip)")
         return "budget"
 
@@ -497,10 +497,12 @@ class Trainer:
         if it had succeeded (its checkpoints stay, to inspect or roll back to)."""
         broken_metrics = [name for name, value in state.metrics.items() if "loss" in name and not math.isfinite(value)]
         broken_weights = sum(not bool(torch.isfinite(p).all()) for p in self.model.parameters())
-        if not D.any_rank(bool(broken_metrics or broken_weights), self.env, self.device):
+        mostly_skipped = state.skipped_steps > state.step / 2  # the same on every rank
+        if not D.any_rank(bool(broken_metrics or broken_weights or mostly_skipped), self.env, self.device):
             return
         found = (f"{broken_weights} weight tensors are not finite" if broken_weights else
-                 f"the last validation {', '.join(broken_metrics)} is not finite")
+                 f"the last validation {', '.join(broken_metrics)} is not finite" if broken_metrics else
+                 f"{state.skipped_steps} of its {state.step} steps were skipped (non-finite loss or gradients)")
         raise BertforgeError(f"the run diverged: at step {state.step} {found}; no final/ was written. Lower optim.lr or "
                              "enable optim.clip_grad_norm and start a new run")
 
