@@ -58,6 +58,25 @@ test-gpu: install-dev
 	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch ' + torch.__version__ + ' sees no CUDA GPU here; run it on a GPU machine (bertforge doctor checks any machine)')"
 	BERTFORGE_STRICT_TESTS=1 $(PY) -m pytest -m cuda -rs $(PYTEST_ARGS)
 
+# One prepared check of bertforge on a GPU machine (docs/scaling.md): stages with their own time limits,
+# one JSON and one log in OUT. On the GPU machine it runs with that machine's own python3 (its CUDA torch)
+# and installs nothing over the network: the wheels it lacks come from gpu-wheels/ (`make gpu-wheels`,
+# here, with the network). DRY_RUN=1 runs every stage's CPU code path with tiny shapes, in this venv.
+OUT ?= runs/gpu-check
+GPU_PYTHON ?= python3
+
+.PHONY: gpu-check gpu-wheels
+ifeq ($(DRY_RUN),)
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py --out $(OUT)
+else
+gpu-check: install-dev
+	$(PY) benchmarks/gpu_check.py --out $(OUT) --dry-run
+endif
+
+gpu-wheels: install-dev
+	$(PY) benchmarks/gpu_check.py --build-wheels gpu-wheels
+
 lint: install-dev
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 
