@@ -821,9 +821,6 @@ def main(argv: list[str] | None = None) -> int:
     out_dir: Path = args.out or default_out()
     tasks_dir: Path = args.tasks or default_tasks()
     packages: list[Package] = args.packages or list(PACKAGES)
-    if not any(tasks_dir.glob("*/task.json")):
-        print(f"note: no parity tasks in {tasks_dir}, so only the bundled supersense set is kept out; build them "
-              "first (python scripts/build_parity_tasks.py) to keep their texts out too", file=sys.stderr)
     start = time.perf_counter()
     try:
         manifest = build_corpus(packages, args.debs or out_dir / DEBS_DIR, out_dir, offline=args.offline,
@@ -833,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     corpus = manifest["corpus"]
     assert isinstance(corpus, dict)
+    if not any(tasks_dir.glob("*/task.json")):  # said after the build, so a failed one ends with its error alone
+        print(f"note: no parity tasks in {tasks_dir}, so only the bundled supersense set was kept out; build them "
+              "first (python scripts/build_parity_tasks.py) to keep their texts out too", file=sys.stderr)
     print(f"debian-docs: {corpus['documents']:,} documents, {corpus['bytes'] / 1e6:.1f} MB of text, "
           f"{corpus['words']:,} words from {len(packages)} packages -> {out_dir / CORPUS_FILE} "
           f"({time.perf_counter() - start:.0f}s)")

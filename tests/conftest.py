@@ -39,6 +39,35 @@ NO_CUDA_REASON = ("needs a CUDA GPU, and torch sees none: run `make test-gpu` on
                   "`bertforge doctor` checks the kernels, precision and speed on any machine")
 
 
+# The suite runs in a home of its own, so a fresh machine and a developer's see the same thing: nothing
+# read from ~/.cache/bertforge (parity tasks, copies of remote data), the Hugging Face cache or
+# ~/.config. Set once by the first pytest process and inherited by its xdist workers and every
+# process a test starts; removed when that first process ends.
+TEST_HOME_VARIABLE = "BERTFORGE_TEST_HOME"
+_OWN_HOME = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(TEST_HOME_VARIABLE):
+        return
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="bertforge-test-home-"))
+    os.environ[TEST_HOME_VARIABLE] = str(home)
+    for variable, path in (("HOME", home), ("XDG_CACHE_HOME", home / ".cache"), ("XDG_CONFIG_HOME", home / ".config"),
+                           ("BERTFORGE_CACHE", home / ".cache" / "bertforge"), ("HF_HOME", home / ".cache" / "huggingface")):
+        os.environ[variable] = str(path)
+    config.stash[_OWN_HOME] = home
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = config.stash.get(_OWN_HOME, None)
+    if home is not None:
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     cuda_items = [item for item in items if item.get_closest_marker("cuda")]
     if cuda_items and not cuda_available():
