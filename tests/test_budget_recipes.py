@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers import HANG_TIMEOUT
 from safetensors.torch import load_file
 from torch import nn
 
@@ -476,7 +477,7 @@ def test_a_run_with_every_switch_killed_with_sigkill_resumes_to_the_uninterrupte
     config = run_config(prepared_mlm, killed, *EVERY_SWITCH)
     # micro-batches per step 1, 1, 2, 3, 4, ...: number 6 is in step 3, after the checkpoint of step 2
     done = subprocess.run([sys.executable, "-c", KILLED_AT, config_to_yaml(config), "6"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+                          text=True, timeout=HANG_TIMEOUT, env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     assert (killed / "checkpoints" / "latest").read_text() == "step-00000002"
     result = Trainer(config, PretrainTask(config)).fit()

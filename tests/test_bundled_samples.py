@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 from bertforge.data.bundled import (
     SUPERSENSE_SPLITS,
@@ -211,6 +212,6 @@ def test_build_script_reproduces_the_bundled_files_byte_for_byte(manifest: dict[
         [sys.executable, str(BUILD_SCRIPT), "--check", "--out", str(samples_dir())],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     assert res.returncode == 0, res.stdout + res.stderr

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 from bertforge.cli import build_parser, main
 from bertforge.config import load_config
@@ -54,7 +55,7 @@ def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bertforge.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=HANG_TIMEOUT)
 
 
 def test_print_config_output_loads_back_to_an_equal_config(tmp_path: Path) -> None:

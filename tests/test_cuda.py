@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import HANG_TIMEOUT
 from helpers.tiny_pretraining import ROOT, final_weights, relative_distance, train, train_losses
 
 from bertforge.cli import main
@@ -106,7 +107,7 @@ def test_one_gpu_nccl_ddp_run() -> None:
     worker = ROOT / "tests" / "helpers" / "nccl_ddp_worker.py"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
                            str(worker)], cwd=ROOT, env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
     assert result["backend"] == "nccl" and result["world_size"] == 1 and result["all_reduce"] == 1.0

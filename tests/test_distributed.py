@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import HANG_TIMEOUT
 
 pytestmark = pytest.mark.distributed
 
@@ -34,7 +35,7 @@ def launch(run_dir: Path, nproc: int, task: str, *extra: str, wait: bool = True)
     if not wait:
         return subprocess.Popen([*command, str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
-    done = subprocess.run([*command, str(config)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*command, str(config)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return None
 
@@ -100,7 +101,7 @@ def test_torchrun_max_restarts_with_resume_auto_recovers_a_crashed_worker(single
                                                          "train.checkpoint_every=1"])))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
                "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:CrashesOnceAtStep4", str(config)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT,
                           env=os.environ | {"OMP_NUM_THREADS": "1", "BERTFORGE_TEST_CRASH_MARKER": str(marker)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert marker.exists()  # it really crashed once

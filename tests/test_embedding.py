@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import HANG_TIMEOUT
 from helpers.finetuning import QUIET_RUN, TINY_MODEL, metrics_records, minilm_dir
 from helpers.pairs import gloss_pairs, write_jsonl
 from helpers.scripts import load_repo_script
@@ -226,7 +227,7 @@ def test_two_ranks_share_their_negatives_like_one_process(pair_files: dict[str, 
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
             if nproc > 1 else [sys.executable]
         done = subprocess.run([*launcher, "-m", "bertforge.cli", "-q", "finetune", str(config)], cwd=REPO_ROOT,
-                              env=env, capture_output=True, text=True, timeout=600)
+                              env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         runs[nproc] = [r["loss"] for r in metrics_records(tmp_path / name, "train")]
     assert len(runs[1]) == 3

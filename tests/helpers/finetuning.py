@@ -19,6 +19,7 @@ from bertforge.config import Config, load_config
 from bertforge.data.bundled import supersense_labels, supersense_lines
 from bertforge.tasks.classify import ClassificationTask
 from bertforge.train.trainer import FitResult, Trainer
+from helpers import HANG_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ["model.preset=bert-tiny", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=2",
@@ -67,4 +68,4 @@ def run_cli(*arguments: str, cwd: Path | None = None,
     """`bertforge ARGS` in a fresh process, as a user runs it (`env`: extra environment variables)."""
     environment = os.environ | {"HF_HUB_OFFLINE": "1", "COLUMNS": "1000"} | (env or {})
     return subprocess.run([sys.executable, "-m", "bertforge.cli", *arguments], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=environment, timeout=300)
+                          cwd=cwd or ROOT, env=environment, timeout=HANG_TIMEOUT)

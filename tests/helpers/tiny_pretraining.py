@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from bertforge.config import config_to_yaml, load_config
 from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.trainer import Trainer
+from helpers import HANG_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 # run.device=cpu: these are the CPU tests on any machine; tests/test_cuda.py adds run.device=cuda
@@ -47,7 +48,7 @@ def train_on_two_ranks(prepared_corpus: Path, run_dir: Path, *extra: str) -> Pat
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "-m", "bertforge.cli", "-q", "pretrain", str(config)]
     done = subprocess.run(command, cwd=ROOT, env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=HANG_TIMEOUT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return run_dir
 
