@@ -207,14 +207,14 @@ def test_an_interrupted_run_leaves_the_old_dataset_intact_and_resumes_to_the_sam
     with gzip.open(corpus_path(), "rt", encoding="utf-8") as f:
         (tmp_path / "corpus.txt").write_text("\n\n".join(f.read().split("\n\n")[:700]), encoding="utf-8")
 
-    def prepare(target: Path, seq_len: int) -> subprocess.Popen[bytes]:
+    def prepare(target: Path, seq_len: int, *extra: str) -> subprocess.Popen[bytes]:
         return _run_cli(["prepare", "pretrain", "--input", str(tmp_path / "corpus.txt"), "--tokenizer",
                          str(tokenizer_dir), "--out", str(target), "--workers", "1", "--chunk-mb", "0.1",
-                         "--seq-len", str(seq_len)])
+                         "--seq-len", str(seq_len), *extra])
 
     assert prepare(out, 64).wait(timeout=300) == 0
     old_manifest = json.loads((out / "index.json").read_text())
-    process = prepare(out, 128)
+    process = prepare(out, 128, "--overwrite")  # other settings: the earlier dataset is replaced
     deadline = time.monotonic() + 120
     while not list(out.glob(".staging-*/chunk-*.npz"))[2:] and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -222,7 +222,7 @@ def test_an_interrupted_run_leaves_the_old_dataset_intact_and_resumes_to_the_sam
     process.wait()
     assert json.loads((out / "index.json").read_text()) == old_manifest  # still the complete old build
     assert len(PretokenizedDataset(out, "train")) == old_manifest["splits"]["train"]["samples"]
-    assert prepare(out, 128).wait(timeout=300) == 0
+    assert prepare(out, 128, "--overwrite").wait(timeout=300) == 0
     resumed: dict[str, Any] = json.loads((out / "index.json").read_text())
     assert prepare(fresh, 128).wait(timeout=300) == 0
     assert resumed["splits"] == json.loads((fresh / "index.json").read_text())["splits"]

@@ -8,7 +8,6 @@ are read from its files, and texts are truncated at its max_seq_length, so the v
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,28 +96,36 @@ def embed_texts(embedder: Embedder, texts: Sequence[str], batch_size: int = 64) 
     return vectors
 
 
-def check_vectors_path(out: str | Path, overwrite: bool) -> Path:
-    """Where the vectors go: a .npy path, not an existing file unless `overwrite` (checked before any work)."""
-    from bertforge.output_paths import output_file
+def check_vectors_path(out: str | Path, overwrite: bool, sources: Sequence[tuple[str | Path, str]] = ()) -> Path:
+    """Where the vectors go: a .npy path, never a source, an earlier output of `embed` only with `overwrite`
+    (checked before any work)."""
+    from bertforge.output_guard import claim_file
 
-    path = output_file(out, "--out", "vectors.npy")
-    if path.suffix != VECTORS_SUFFIX:
+    path = Path(out).expanduser()
+    if path.suffix != VECTORS_SUFFIX and not path.is_dir():
         raise BertforgeError(f"--out {out} does not end in {VECTORS_SUFFIX}; the vectors are a NumPy array "
                              f"(np.load reads it): give e.g. {path.with_suffix(VECTORS_SUFFIX)}")
-    if path.exists() and not overwrite:
-        raise BertforgeError(f"--out {out} exists; add --overwrite to replace it, or choose another path")
-    return path
+    return claim_file(out, command="embed", flag="--out", what="vectors file", overwrite=overwrite, sources=sources,
+                      recognise=is_vectors_file, example_name="vectors.npy")
+
+
+def is_vectors_file(path: Path) -> bool:
+    """A .npy file, as `embed` wrote before it kept a ledger."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(6) == b"\x93NUMPY"
+    except OSError:
+        return False
 
 
 def write_vectors(vectors: np.ndarray, path: Path) -> Path:
-    """Write atomically: a reader (or a crash) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        with open(partial, "wb") as f:
+    """Write atomically (a reader, or a crash, never sees half a file) and note it in the directory's ledger."""
+    from bertforge.output_guard import record_outputs, replace_file
+
+    def write(staging: Path) -> None:
+        with open(staging, "wb") as f:
             np.save(f, vectors)
-        os.replace(partial, path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+
+    replace_file(path, write)
+    record_outputs(path.parent, [path.name], "embed")
     return path

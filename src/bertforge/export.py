@@ -21,6 +21,8 @@ import importlib.util
 import io
 import json
 import logging
+import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -34,14 +36,11 @@ from torch import nn
 
 from bertforge.console import log
 from bertforge.errors import BertforgeError
-from bertforge.export_destination import (
-    EXPORT_ANCHORS,
-    check_export_destination,
-    check_remote_export_destination,
-)
 from bertforge.inference import LoadedModel, load_model
 from bertforge.locate import resolve_model_path
-from bertforge.storage import cache_root, filesystem, is_remote, storage_errors, with_retries
+from bertforge.models.serialization import CONFIG_NAME, TOKENIZER_FILES
+from bertforge.output_guard import LEDGER_NAME, claim_directory, process_is_gone, record_outputs
+from bertforge.storage import cache_root, filesystem, is_remote, with_retries
 
 FORMATS = ("hf", "onnx")
 ONNX_FILE = "model.onnx"
@@ -51,6 +50,27 @@ CHECK_TEXTS = ("the quality of being good",
                "a written message addressed to a person or organization, often long and formal",
                "run")
 CHECK_PAIRS = ("act of moving", "a place where people live", "the act of running quickly")
+
+# what `export --format hf|onnx` wrote before exports kept a ledger (`output_guard`), in transformers' layout or
+# bertforge's own: an earlier export is recognised by these names
+EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+                          CONFIG_NAME, "model.onnx", "model.onnx.data", "onnx_inputs.json", *TOKENIZER_FILES,
+                          "README.md"})  # README.md: the model card (`bertforge.model_card`)
+EXPORT_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")  # save_pretrained's shards of a large model
+# at least one of them is in every export; uploaded last, so a prefix without one holds an interrupted export
+EXPORT_ANCHORS = ("config.json", CONFIG_NAME, "model.onnx")
+
+
+def is_earlier_export(names: list[str], directories: set[str]) -> bool:
+    """Only files an export writes, an anchor among them (or, in a bucket, an upload cut short before it)."""
+    return all(name not in directories and (name in EXPORT_FILES or EXPORT_SHARD.fullmatch(name)) for name in names)
+
+
+def claim_export_destination(out: str | Path, sources: list[Path], overwrite: bool) -> None:
+    """`out` may be replaced by the export: new, empty or an earlier export (with `overwrite`), never the model
+    being exported nor a directory that holds it (exporting a run into its own parent would delete the run)."""
+    claim_directory(out, command="export", flag="--out", what="export", overwrite=overwrite,
+                    sources=[(source, "the model being exported") for source in sources], recognise=is_earlier_export)
 
 
 @dataclass(frozen=True)
@@ -66,8 +86,8 @@ def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf",
     """Export the model at `reference` (any shape `bertforge.locate` knows) to `out_dir`.
 
     `out_dir` is replaced atomically, so it must be new, empty or an earlier export (`overwrite`);
-    `check_export_destination` refuses anything else before a file is written. A URL (`s3://...`)
-    is exported into a local staging directory and uploaded, anchors last (`export_destination`).
+    `claim_export_destination` refuses anything else before a file is written. A URL (`s3://...`)
+    is exported into a local staging directory and uploaded, anchors last.
     """
     if format not in FORMATS:
         raise BertforgeError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
@@ -75,7 +95,18 @@ def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf",
         return _export_to_object_store(reference, str(out_dir).rstrip("/"), format, atol, overwrite)
     loaded = load_model(reference)
     sources = [resolve_model_path(reference), loaded.location.path, loaded.location.run_dir, loaded.tokenizer_dir]
-    check_export_destination(out_dir, [path for path in sources if path is not None], overwrite)
+    claim_export_destination(out_dir, [path for path in sources if path is not None], overwrite)
+    summary = _export_local(loaded, out_dir, format, atol)
+    from bertforge.model_card import command_line, write_model_card
+
+    write_model_card(Path(summary.directory), run_dir=loaded.location.run_dir, command=command_line(),
+                     exported_from=str(reference))
+    # the directory was replaced whole: its ledger names exactly the new export's files
+    record_outputs(summary.directory, [path.name for path in Path(summary.directory).iterdir()], "export")
+    return summary
+
+
+def _export_local(loaded: LoadedModel, out_dir: str | Path, format: str, atol: float) -> ExportSummary:
     embedder = loaded.embedding_model()
     if format == "hf" and embedder is not None:
         from bertforge.models.sentence_transformers_format import export_sentence_transformers
@@ -96,11 +127,14 @@ def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf",
 
 def _export_to_object_store(reference: str | Path, out: str, format: str, atol: float,
                             overwrite: bool) -> ExportSummary:
-    earlier = check_remote_export_destination(out, overwrite)  # before minutes of export work
-    staging = Path(tempfile.mkdtemp(prefix="export-", dir=_staging_root()))
+    claimed = claim_directory(out, command="export", flag="--out", what="export", overwrite=overwrite,
+                              recognise=is_earlier_export)  # before minutes of export work
+    staging = Path(tempfile.mkdtemp(prefix=f"export-{os.getpid()}-", dir=_staging_root()))
     try:
         local = export_model(reference, staging / "model", format, atol)
-        files = sorted(path.name for path in Path(local.directory).iterdir() if path.is_file())
+        files = [str(path.relative_to(local.directory)) for path in sorted(Path(local.directory).rglob("*"))
+                 if path.is_file() and path.name != LEDGER_NAME]
+        claimed.record(*{name.split("/", 1)[0] for name in files})  # before the upload: a kill leaves no stranger
         fs, root = filesystem(out)
         root = root.rstrip("/")
         # anchors last: until they are there, the prefix is not a complete export for any reader
@@ -108,10 +142,7 @@ def _export_to_object_store(reference: str | Path, out: str, format: str, atol: 
             source = Path(local.directory) / name
             with_retries(f"{out}/{name}", "upload", lambda source=source, name=name: fs.put_file(str(source),
                                                                                                f"{root}/{name}"))
-        stale = [name for name in earlier if name not in files]
-        if stale:
-            with storage_errors(out, "remove the earlier export's files from"):
-                fs.rm([f"{root}/{name}" for name in stale])
+        claimed.remove_earlier(keep={name.split("/", 1)[0] for name in files})
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     message = local.message.replace(str(local.directory), out)
@@ -120,8 +151,13 @@ def _export_to_object_store(reference: str | Path, out: str, format: str, atol: 
 
 
 def _staging_root() -> Path:
+    """Where uploads are staged; what a killed export left there (`export-PID-...`) is removed first."""
     root = cache_root() / "exports"
     root.mkdir(parents=True, exist_ok=True)
+    for leftover in root.glob("export-*-*"):
+        pid = leftover.name.split("-")[1]
+        if pid.isdigit() and process_is_gone(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
     return root
 
 

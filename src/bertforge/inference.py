@@ -10,7 +10,6 @@ from `bertforge.tasks.evaluation`, which the fine-tuning task's final test evalu
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,18 +197,15 @@ def _word_spans(word_ids: Sequence[int | None], offsets: Sequence[tuple[int, int
 
 
 def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write rows as JSON lines under a temporary name, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        with open(partial, "w", encoding="utf-8") as handle:
+    """Write rows as JSON lines under a staging name, then rename: never a half-written file."""
+    from bertforge.output_guard import replace_file
+
+    def write(staging: Path) -> None:
+        with open(staging, "w", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-    return path
+
+    return replace_file(Path(path), write)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,16 +29,25 @@ def read_metrics(path: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
     return series
 
 
-def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
+def run_metrics(run_dir: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
     metrics_file = run_dir / "metrics.jsonl"
     if not metrics_file.is_file():
         raise BertforgeError(f"{run_dir} has no metrics.jsonl; give a run directory written by bertforge")
+    return read_metrics(metrics_file)
+
+
+def plot_names(series: dict[str, dict[str, list[tuple[int, float]]]]) -> list[str]:
+    """The files `plot_run` writes: one PNG per plotted metric the run logged."""
+    return [f"{metric}.png" for metric in PLOTTED if metric in series]
+
+
+def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
+    series = run_metrics(run_dir)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = read_metrics(metrics_file)
     out_dir = out_dir or run_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -59,4 +68,7 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
         figure.savefig(path)
         plt.close(figure)
         written.append(path)
+    from bertforge.output_guard import record_outputs
+
+    record_outputs(out_dir, [path.name for path in written], "plot")
     return written

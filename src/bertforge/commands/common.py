@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
+from pathlib import Path
 
 from bertforge.cli import add_global_flags
 from bertforge.config import Config, config_to_yaml, load_config
@@ -41,3 +43,12 @@ def resolve_config(args: argparse.Namespace, base: Config | None = None) -> Conf
         stdout_console.print(config_to_yaml(config), markup=False, highlight=False, end="")
         return None
     return config
+
+
+def claim_run(config: Config, command: str) -> None:
+    """The run directory may be written: new, empty or an earlier run (`output_guard.claim_run_directory`).
+    Every rank checks (a refusal must stop them all before they meet in a collective); rank 0 records it."""
+    from bertforge.output_guard import claim_run_directory
+
+    claim_run_directory(Path(config.run.output_dir) / config.run.name, command,
+                        record=int(os.environ.get("RANK", "0")) == 0)

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
     parser.add_argument("--input", required=True, help=".txt (one text per line) or csv/tsv/jsonl/parquet file")
     parser.add_argument("--out", required=True, help="output .npy file")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier vectors file at --out")
     parser.add_argument("--text-column", default="text", help="csv/tsv/jsonl/parquet: the column to embed (default: text)")
     parser.add_argument("--delimiter", default=None,
                         help="csv/tsv delimiter (default: from the extension, comma for .csv, tab for .tsv)")
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
-    out = check_vectors_path(args.out, args.overwrite)
+    out = check_vectors_path(args.out, args.overwrite, [(args.input, "the --input file"), (args.model, "MODEL")])
     texts = read_texts(args.input, args.text_column, args.delimiter)
     quiet_transformers()
     embedder = load_embedder(args.model)

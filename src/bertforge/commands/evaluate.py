@@ -43,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="embedding models: retrieval metrics (default) or cosine-score correlation")
     parser.add_argument("--split-name", default="evaluation", help="name used in the tables and file names")
     parser.add_argument("--out-dir", default=None, help="also write the report files into this directory")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the report files of an earlier `evaluate` of the same --split-name in --out-dir")
     add_input_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -52,12 +54,12 @@ def run(args: argparse.Namespace) -> int:
 
     from bertforge.console import log, stdout_console
     from bertforge.inference import evaluate_file, evaluate_tagged_file
-    from bertforge.output_paths import output_directory
+    from bertforge.output_guard import record_outputs
     from bertforge.tasks.evaluation import write_evaluation
     from bertforge.tasks.metrics import confusion_table, per_class_table
 
     if args.out_dir:
-        output_directory(args.out_dir, "--out-dir")
+        claim_report_files(args.out_dir, args.split_name, args.overwrite, [(args.data, "the --data file")])
     loaded = load_model_for(args)
     embedder = loaded.embedding_model()
     if embedder is not None:
@@ -93,5 +95,39 @@ def run(args: argparse.Namespace) -> int:
             log.info(f"{len(report.label_names)} classes: give --out-dir for the confusion matrix (markdown and PNG)")
     if args.out_dir:
         written = write_evaluation(report, args.out_dir)
+        record_outputs(args.out_dir, [path.name for path in written], "evaluate")
         log.info(f"report written: {', '.join(str(p) for p in written)}")
     return 0
+
+
+def evaluation_file_names(split: str) -> tuple[str, str, str]:
+    """What `tasks.evaluation.write_evaluation` writes for `split`: results, report, confusion matrix (classes)."""
+    return f"{split}_results.json", f"{split}_report.md", f"{split}_confusion_matrix.png"
+
+
+def claim_report_files(out_dir: str, split: str, overwrite: bool, sources: list[tuple[str, str]]) -> None:
+    """The report files `evaluate` may write into `out_dir` (its directory may hold other files)."""
+    from pathlib import Path
+
+    from bertforge.output_guard import claim_file, output_directory
+
+    directory = output_directory(out_dir, "--out-dir")
+    results = directory / evaluation_file_names(split)[0]
+
+    def earlier_report(path: Path) -> bool:  # written before `evaluate` kept a ledger: beside its results
+        return is_evaluation_results(results)
+
+    for name in evaluation_file_names(split):
+        claim_file(directory / name, command="evaluate", flag="--out-dir", what="evaluation report",
+                   overwrite=overwrite, sources=sources, recognise=earlier_report)
+
+
+def is_evaluation_results(path: object) -> bool:
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(str(path)).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and {"split", "metrics"} <= set(data)

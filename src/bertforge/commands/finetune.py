@@ -8,7 +8,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from bertforge.commands.common import add_command, add_config_arguments, resolve_config
+from bertforge.commands.common import add_command, add_config_arguments, claim_run, resolve_config
 
 if TYPE_CHECKING:
     from bertforge.config import Config
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(args, base=finetune_defaults())
     if config is None:
         return 0
+    claim_run(config, "finetune")
     quiet_transformers()
     result = Trainer(config, finetune_task(config)).fit()
     if result.stopped_by == "signal" or int(os.environ.get("RANK", "0")) != 0:  # one summary under torchrun

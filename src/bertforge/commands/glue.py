@@ -30,19 +30,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from bertforge.console import stdout_console
     from bertforge.errors import BertforgeError
-    from bertforge.output_paths import output_directory
-    from bertforge.tasks.glue_runner import run_glue
-    from bertforge.tasks.glue_tasks import glue_results_markdown
+    from bertforge.output_guard import claim_directory
+    from bertforge.tasks.glue_runner import plan_jobs, run_glue
+    from bertforge.tasks.glue_tasks import GLUE_TASKS, glue_results_markdown
 
     if args.jobs is not None and args.jobs < 1:
         raise BertforgeError(f"--jobs is {args.jobs}; give at least 1")
     config = resolve_config(args)
     if config is None:
         return 0
-    if args.out:
-        output_directory(args.out, "--out")
-    summary = run_glue(config, args.data_dir, args.out, args.jobs)
+    out = Path(args.out) if args.out else Path(config.run.output_dir) / config.run.name
+    flag = "--out" if args.out else "run.output_dir/run.name"
+    results = ["glue_results.md", "glue_results.json"]
+
+    def earlier_glue(names: list[str], directories: set[str]) -> bool:  # written before the ledger
+        return all(name in results or (name in directories and name in GLUE_TASKS) for name in names)
+
+    # a GLUE output of this config is continued (finished jobs are skipped), never another directory
+    claimed = claim_directory(out, command="glue", flag=flag, what="GLUE output", overwrite=None,
+                              sources=[(args.data_dir, "the --data-dir")], recognise=earlier_glue)
+    claimed.record(*sorted({job.run_dir.relative_to(out).parts[0] for job in plan_jobs(config, out)}), *results)
+    summary = run_glue(config, args.data_dir, out, args.jobs)
     stdout_console.print(glue_results_markdown(summary), markup=False, highlight=False, end="")
     return 0

@@ -16,13 +16,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          example="bertforge plot runs/quickstart-pretrain")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds metrics.jsonl)")
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR/plots)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the PNGs of an earlier `plot` there")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertforge.plotting import plot_run
+    from bertforge.output_guard import claim_file, output_directory
+    from bertforge.plotting import plot_names, plot_run, run_metrics
 
-    written = plot_run(Path(args.run_dir), Path(args.out) if args.out else None)
+    run_dir = Path(args.run_dir)
+    out_dir = output_directory(args.out, "--out") if args.out else run_dir / "plots"
+    for name in plot_names(run_metrics(run_dir)):
+        claim_file(out_dir / name, command="plot", flag="--out", what="plot", overwrite=args.overwrite,
+                   sources=[(run_dir / "metrics.jsonl", "the run's metrics.jsonl")], recognise=is_png)
+    written = plot_run(run_dir, out_dir)
     for path in written:
         stdout_console.print(str(path))
     return 0
+
+
+def is_png(path: Path) -> bool:
+    """A metric's PNG as `plot` wrote it before it kept a ledger."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"\x89PNG"
+    except OSError:
+        return False

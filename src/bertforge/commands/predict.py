@@ -4,6 +4,8 @@ tagging (entities with character spans)."""
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from bertforge.commands.common import add_command
@@ -33,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         """)
     parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
     parser.add_argument("--input", required=True, help="file with the texts to classify")
-    parser.add_argument("--out", required=True, help="output JSON lines file")
+    parser.add_argument("--out", required=True, help="output JSON lines file (never --input)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier predictions file at --out")
     add_input_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -54,9 +57,11 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
     from bertforge.errors import BertforgeError
     from bertforge.inference import entity_rows, prediction_rows, read_inputs, write_jsonl
-    from bertforge.output_paths import output_file
+    from bertforge.output_guard import claim_file, record_outputs
 
-    output_file(args.out, "--out", "predictions.jsonl")
+    out = claim_file(args.out, command="predict", flag="--out", what="predictions file", overwrite=args.overwrite,
+                     sources=[(args.input, "the --input file"), (args.model, "MODEL")],
+                     recognise=is_predictions_file, example_name="predictions.jsonl")
     loaded = load_model_for(args)
     split = read_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                         delimiter=args.delimiter)
@@ -66,6 +71,20 @@ def run(args: argparse.Namespace) -> int:
         rows = entity_rows(loaded, split.texts, args.batch_size)
     else:
         rows = prediction_rows(loaded, split, args.batch_size)
-    path = write_jsonl(rows, args.out)
+    path = write_jsonl(rows, out)
+    record_outputs(path.parent, [path.name], "predict")
     log.info(f"{len(rows):,} predictions written to {path}")
     return 0
+
+
+PREDICTION_KEYS = frozenset({"text", "text_pair", "label", "label_id", "score", "probabilities", "entities"})
+
+
+def is_predictions_file(path: Path) -> bool:
+    """A file `predict` wrote before it kept a ledger: JSON lines of its own keys (a labeled input has others)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            row = json.loads(handle.readline())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(row, dict) and "text" in row and ("score" in row or "entities" in row) and set(row) <= PREDICTION_KEYS

@@ -28,7 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pretrain.add_argument("--input", action="append", required=True, metavar="PATH",
                           help="text input: file, directory, glob, URL, hf:NAME or bundled:corpus (repeatable)")
     pretrain.add_argument("--tokenizer", required=True, help="tokenizer directory (any Hugging Face tokenizer)")
-    pretrain.add_argument("--out", required=True, help="output directory or fsspec URL")
+    pretrain.add_argument("--out", required=True,
+                          help="output directory or fsspec URL: new, empty, or an earlier prepared dataset (resumed "
+                               "when its inputs and settings are the same; replaced only with --overwrite)")
+    pretrain.add_argument("--overwrite", action="store_true",
+                          help="replace an earlier dataset of other inputs, tokenizer or settings at --out")
     pretrain.add_argument("--seq-len", type=int, default=128, help="tokens per sample incl. [CLS]/[SEP] (default 128)")
     pretrain.add_argument("--nsp", action="store_true", help="build sentence pairs with next-sentence labels")
     pretrain.add_argument("--line-by-line", action="store_true",
@@ -63,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         """)
     merge.add_argument("parts", nargs="+", metavar="PART", help="the --out of every part (directories or URLs)")
     merge.add_argument("--out", required=True, help="output directory or fsspec URL of the dataset")
+    merge.add_argument("--overwrite", action="store_true",
+                       help="replace an earlier dataset of another preparation at --out")
     merge.add_argument("--workers", type=int, default=None,
                        help="worker processes building samples (default: the number of CPUs; 0 = in-process)")
     merge.set_defaults(func=run_merge)
@@ -81,12 +87,13 @@ def run_pretrain(args: argparse.Namespace) -> int:
         if args.num_parts is None or args.part is None:
             raise DataError("--num-parts and --part go together, e.g. --num-parts 4 --part 0")
         part = Part(args.part, args.num_parts)
-    prepare_pretraining_data(args.input, args.tokenizer, args.out, settings, workers=args.workers, part=part)
+    prepare_pretraining_data(args.input, args.tokenizer, args.out, settings, workers=args.workers, part=part,
+                             overwrite=args.overwrite)
     return 0
 
 
 def run_merge(args: argparse.Namespace) -> int:
     from bertforge.data.prepare_parts import merge_parts
 
-    merge_parts(args.parts, args.out, workers=args.workers)
+    merge_parts(args.parts, args.out, workers=args.workers, overwrite=args.overwrite)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.commands.common import add_command, add_config_arguments, resolve_config
+from bertforge.commands.common import add_command, add_config_arguments, claim_run, resolve_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,4 +31,5 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     if config is None:
         return 0
+    claim_run(config, "pretrain")
     return Trainer(config, PretrainTask(config)).fit().exit_code

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     from bertforge.console import quiet_transformers
     from bertforge.errors import BertforgeError
-    from bertforge.output_paths import output_directory
+    from bertforge.output_guard import output_directory
     from bertforge.quickstart import QuickstartPlan, run_quickstart
 
     quiet_transformers()

@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--input", action="append", required=True, metavar="PATH",
                        help="text input: file, directory, glob, URL or hf:NAME (repeatable)")
     train.add_argument("--vocab-size", type=int, default=32768, help="vocabulary size (padded to x64; default 32768)")
-    train.add_argument("--out", required=True, help="output directory")
+    train.add_argument("--out", required=True,
+                       help="output directory: new, empty, or an earlier `tokenizer train` output (then add --overwrite)")
+    train.add_argument("--overwrite", action="store_true", help="replace an earlier tokenizer at --out")
     case = train.add_mutually_exclusive_group()
     case.add_argument("--uncased", dest="lowercase", action="store_true", default=True,
                       help="lower-case and strip accents (default)")
@@ -36,14 +38,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.set_defaults(func=run_train)
 
 
+SAVED_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")  # save_tokenizer's
+
+
 def run_train(args: argparse.Namespace) -> int:
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
-    from bertforge.output_paths import output_directory
+    from bertforge.output_guard import claim_directory
 
-    output_directory(args.out, "--out")
+    def earlier_tokenizer(names: list[str], directories: set[str]) -> bool:  # written before the ledger
+        return "tokenizer.json" in names and set(names) <= set(SAVED_FILES)
+
+    claimed = claim_directory(args.out, command="tokenizer train", flag="--out", what="tokenizer",
+                              overwrite=args.overwrite, sources=[(path, "an --input") for path in args.input],
+                              recognise=earlier_tokenizer)
     loaded = train_tokenizer_from_inputs(args.input, args.out, vocab_size=args.vocab_size, lowercase=args.lowercase,
                                          text_field=args.text_field, min_frequency=args.min_frequency,
                                          show_progress=progress_enabled())
+    claimed.record(*SAVED_FILES)
     log.info(f"saved a {'uncased' if args.lowercase else 'cased'} WordPiece tokenizer with {loaded.vocab_size:,} "
              f"tokens to {args.out}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.commands.common import add_command, add_config_arguments, resolve_config
+from bertforge.commands.common import add_command, add_config_arguments, claim_run, resolve_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,5 +31,6 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     if config is None:
         return 0
+    claim_run(config, "train")
     result = Trainer(config, task_class(config)).fit()
     return 2 if result.stopped_by == "nan" else result.exit_code

@@ -23,6 +23,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import time
@@ -56,11 +57,28 @@ from bertforge.data.tokenizer import LoadedTokenizer, load_tokenizer
 from bertforge.directory_lock import DirectoryLock
 from bertforge.disk import disk_write
 from bertforge.errors import DataError
+from bertforge.output_guard import ClaimedDirectory, claim_directory
 from bertforge.processes import die_with_parent
 from bertforge.storage import filesystem, storage_errors, with_retries
 
 SPLIT_NAMES = ("train", "validation", "test")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+DATASET_COMMANDS = ("prepare pretrain", "prepare merge")  # both write a dataset, and may replace each other's
+BUILD_PREFIXES = ("shards-", ".staging-", ".tokenizer-")  # one build's names, suffixed by its key
+EARLIER_BUILD = re.compile(r"(shards|\.staging|\.tokenizer)-[0-9a-f]{12}")
+
+
+def is_earlier_dataset(names: list[str], directories: set[str]) -> bool:
+    """A dataset prepared before the output ledger: the manifest and builds named by their keys only."""
+    return MANIFEST_NAME in names and all(name == MANIFEST_NAME or EARLIER_BUILD.fullmatch(name) for name in names)
+
+
+def claim_dataset(out: str, inputs: Sequence[str], command: str, flag: str = "--out") -> ClaimedDirectory:
+    """Where a dataset may be written: never over an input, a stranger's files or another command's output
+    (`output_guard`); whether an earlier dataset there may be replaced is decided once its key is known."""
+    return claim_directory(out, command=command, flag=flag, what="dataset", overwrite=None,
+                           sources=[(path, "an input") for path in inputs], recognise=is_earlier_dataset,
+                           kin=DATASET_COMMANDS)
 
 
 @dataclass(frozen=True)
@@ -343,16 +361,24 @@ def is_complete(out: str, manifest: dict[str, Any]) -> bool:
 
 def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: str | Path,
                              settings: PrepareSettings | None = None, *, workers: int | None = None,
-                             progress: bool | None = None, part: Part | None = None) -> dict[str, Any]:
+                             progress: bool | None = None, part: Part | None = None,
+                             overwrite: bool = False) -> dict[str, Any]:
     """Prepare (or reuse) a pre-training dataset at `out` (a directory or fsspec URL); returns its manifest.
 
     With `part`, only that part's chunks are tokenized and `out` receives a part for `merge_parts`
-    (`bertforge.data.prepare_parts`); the returned dict is the part's description.
+    (`bertforge.data.prepare_parts`); the returned dict is the part's description. A dataset (or part) of
+    other inputs or settings already at `out` is replaced only with `overwrite`.
     """
     settings = settings or PrepareSettings()
     out = str(out).rstrip("/")
     if is_local(out) and local_path(out).exists() and not local_path(out).is_dir():
         raise DataError(f"--out {out} is a file; give a directory (created if missing) or an fsspec URL")
+    if part is not None:
+        from bertforge.data.prepare_parts import PART_COMMAND, claim_part
+
+        claimed = claim_part(out, [*inputs, str(tokenizer)], PART_COMMAND)
+    else:
+        claimed = claim_dataset(out, [*inputs, str(tokenizer)], "prepare pretrain")
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise DataError(f"--workers {workers} must be >= 0 (0 tokenizes in the main process)")
@@ -367,20 +393,35 @@ def prepare_pretraining_data(inputs: Sequence[str], tokenizer: str | Path, out: 
         if part is not None:
             from bertforge.data.prepare_parts import prepare_part_locked
 
-            return prepare_part_locked(sources, loaded, key, work, out, settings, workers, progress, part)
-        return _prepare_locked(sources, loaded, key, work, out, settings, workers, progress)
+            return prepare_part_locked(sources, loaded, key, work, out, settings, workers, progress, part, claimed,
+                                       overwrite)
+        return _prepare_locked(sources, loaded, key, work, out, settings, workers, progress, claimed, overwrite)
     finally:
         lock.release()
 
 
-def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, work: Path, out: str,
-                    settings: PrepareSettings, workers: int, progress: bool | None) -> dict[str, Any]:
+def up_to_date_or_claimed(out: str, key: str, claimed: ClaimedDirectory, overwrite: bool) -> dict[str, Any] | None:
+    """The manifest at `out` when it is this dataset, complete; else None once `out` may be written: a
+    dataset of other inputs or settings there is replaced only with `overwrite`."""
     existing = existing_manifest(out)
     if existing is not None and existing.get("cache_key") == key and is_complete(out, existing):
         log.info(f"{out} is up to date (same inputs, tokenizer and settings); nothing to do")
         return existing
+    if existing is not None and existing.get("cache_key") != key:
+        claimed.refuse_earlier_unless(overwrite, "--out", "dataset (of other inputs, tokenizer or settings)")
+    return None
+
+
+def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, work: Path, out: str,
+                    settings: PrepareSettings, workers: int, progress: bool | None, claimed: ClaimedDirectory,
+                    overwrite: bool) -> dict[str, Any]:
+    existing = up_to_date_or_claimed(out, key, claimed, overwrite)
+    if existing is not None:
+        return existing
 
     staging = work / f".staging-{key[:12]}"
+    if is_local(out):
+        claimed.record(staging.name)  # before it exists: a kill leaves nothing the next run could not clean
     staging.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runner = TaskRunner(workers, str(loaded.path))
@@ -389,10 +430,11 @@ def _prepare_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, wo
             chunk_documents, text_bytes = tokenize_stage(runner, sources, settings, str(loaded.path), staging,
                                                           progress_enabled() if progress is None else progress)
         return build_and_publish(runner, loaded, key, work, out, settings, staging, chunk_documents, text_bytes,
-                                 source_names(sources), started)
+                                 source_names(sources), started, claimed)
     except DataError:
         # fixing bad input changes the content hash, so this run's partial work can never be reused
         shutil.rmtree(staging, ignore_errors=True)
+        claimed.forget(staging.name)
         raise
     finally:
         runner.close()
@@ -404,10 +446,11 @@ def source_names(sources: Sequence[Source]) -> list[str]:
 
 def build_and_publish(runner: TaskRunner, loaded: LoadedTokenizer, key: str, work: Path, out: str,
                       settings: PrepareSettings, staging: Path, chunk_documents: list[int], text_bytes: int,
-                      inputs: list[str], started: float) -> dict[str, Any]:
+                      inputs: list[str], started: float, claimed: ClaimedDirectory) -> dict[str, Any]:
     """Stage 2 over the staged chunks (`staging/chunk-NNNNNN.npz`), then the manifest, published last."""
     build_name = f"shards-{key[:12]}"
     shard_dir = work / build_name
+    claimed.record(build_name, MANIFEST_NAME)  # in a bucket: before the upload
     shard_dir.mkdir(parents=True, exist_ok=True)
     try:
         with disk_write(work, "run the same command again to resume the preparation"):
@@ -415,6 +458,7 @@ def build_and_publish(runner: TaskRunner, loaded: LoadedTokenizer, key: str, wor
                                   build_name)
     except DataError:
         shutil.rmtree(shard_dir, ignore_errors=True)
+        claimed.forget(build_name)
         raise
     tokenizer_dir = shard_dir / "tokenizer"
     tokenizer_dir.mkdir(exist_ok=True)
@@ -435,7 +479,7 @@ def build_and_publish(runner: TaskRunner, loaded: LoadedTokenizer, key: str, wor
         "text_bytes": text_bytes,
         "splits": splits,
     }
-    _publish(out, work, build_name, manifest)
+    _publish(out, work, build_name, manifest, claimed)
     shutil.rmtree(staging, ignore_errors=True)
     elapsed = time.perf_counter() - started
     summary = ", ".join(f"{name}: {split['samples']:,} samples / {split['documents']:,} docs"
@@ -512,14 +556,17 @@ def _build_stage(runner: TaskRunner, chunk_documents: list[int], settings: Prepa
     return splits
 
 
-def _publish(out: str, work: Path, build_name: str, manifest: dict[str, Any]) -> None:
-    """Make the new build visible: index.json last and atomically; then drop older builds."""
+def _publish(out: str, work: Path, build_name: str, manifest: dict[str, Any], claimed: ClaimedDirectory) -> None:
+    """Make the new build visible: index.json last and atomically; then drop older builds -- only those the
+    output ledger says a preparation wrote, never a user's `shards-mine/`."""
     data = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
+
+    def older_build(name: str) -> bool:
+        return name.startswith(BUILD_PREFIXES)
+
     if is_local(out):
         write_file_atomically(work / MANIFEST_NAME, data)
-        for old in [*work.glob("shards-*"), *work.glob(".staging-*")]:
-            if old.name != build_name:
-                shutil.rmtree(old, ignore_errors=True)
+        claimed.remove_earlier(keep={build_name, MANIFEST_NAME}, matching=older_build)
         for entry in (work / build_name).glob("*.entry.json"):
             entry.unlink()
         return
@@ -535,8 +582,5 @@ def _publish(out: str, work: Path, build_name: str, manifest: dict[str, Any]) ->
             with_retries(f"{out}/{path.relative_to(work).as_posix()}", "upload",
                          lambda path=path, target=target: fs.put_file(str(path), target))
     with_retries(f"{out}/{MANIFEST_NAME}", "upload", lambda: fs.pipe_file(f"{root}/{MANIFEST_NAME}", data))
-    with storage_errors(out, "clean up older builds in"):
-        for old in fs.glob(f"{root}/shards-*"):
-            if not old.rstrip("/").endswith(build_name):
-                fs.rm(old, recursive=True)
+    claimed.remove_earlier(keep={build_name, MANIFEST_NAME}, matching=older_build)
     shutil.rmtree(work, ignore_errors=True)

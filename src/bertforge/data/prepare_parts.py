@@ -30,10 +30,10 @@ from bertforge.data.prepare import (
     PrepareSettings,
     TaskRunner,
     build_and_publish,
-    existing_manifest,
-    is_complete,
+    claim_dataset,
     source_names,
     tokenize_stage,
+    up_to_date_or_claimed,
 )
 from bertforge.data.shards import is_local, local_path, read_text_file, write_file_atomically
 from bertforge.data.sources import Source
@@ -41,12 +41,25 @@ from bertforge.data.tokenizer import LoadedTokenizer, load_tokenizer
 from bertforge.directory_lock import DirectoryLock
 from bertforge.disk import disk_write
 from bertforge.errors import DataError
+from bertforge.output_guard import ClaimedDirectory, claim_directory
 from bertforge.storage import cache_root, filesystem, with_retries
 
 PART_FORMAT = "bertforge-prepare-part"
 PART_FILE = "part.json"
 CHUNKS_DIR = "chunks"
 TOKENIZER_DIR = "tokenizer"
+PART_COMMAND = "prepare pretrain --part"
+PART_NAMES = (PART_FILE, CHUNKS_DIR, TOKENIZER_DIR)
+
+
+def claim_part(out: str, inputs: Sequence[str], command: str) -> ClaimedDirectory:
+    """Where a part may be written (`output_guard`): a part of other inputs or settings there is replaced only
+    with --overwrite, decided once the key is known."""
+    def earlier_part(names: list[str], directories: set[str]) -> bool:  # written before the output ledger
+        return PART_FILE in names and set(names) <= set(PART_NAMES)
+
+    return claim_directory(out, command=command, flag="--out", what="prepared part", overwrite=None,
+                           sources=[(path, "an input") for path in inputs], recognise=earlier_part)
 
 
 def chunk_name(chunk: int) -> str:
@@ -54,13 +67,18 @@ def chunk_name(chunk: int) -> str:
 
 
 def prepare_part_locked(sources: list[Source], loaded: LoadedTokenizer, key: str, work: Path, out: str,
-                        settings: PrepareSettings, workers: int, progress: bool | None, part: Part) -> dict[str, Any]:
+                        settings: PrepareSettings, workers: int, progress: bool | None, part: Part,
+                        claimed: ClaimedDirectory, overwrite: bool) -> dict[str, Any]:
     """Stage 1 for this part's chunks into `out`: chunks/, tokenizer/, then part.json."""
     existing = _read_part(out, missing_ok=True)
     if existing is not None and existing["cache_key"] == key and existing["part"] == part.index \
             and existing["num_parts"] == part.count:
         log.info(f"{out} already holds part {part.index} of {part.count} of this preparation; nothing to do")
         return existing
+    if existing is not None:  # another preparation's part: its chunks must not be taken for this one's
+        claimed.refuse_earlier_unless(overwrite, "--out", "prepared part (of other inputs, settings or --part)")
+        claimed.remove_earlier(keep=())
+    claimed.record(*PART_NAMES)
     # a local part stages straight into its chunks/ (an interrupted part resumes from them); a remote
     # one stages in the cache and uploads
     staging = work / (CHUNKS_DIR if is_local(out) else f".staging-{key[:12]}")
@@ -73,6 +91,7 @@ def prepare_part_locked(sources: list[Source], loaded: LoadedTokenizer, key: str
                                                           part)
     except DataError:
         shutil.rmtree(staging, ignore_errors=True)
+        claimed.forget(*PART_NAMES)  # nothing of the part is written yet
         raise
     finally:
         runner.close()
@@ -144,19 +163,21 @@ def _check_parts(parts: Sequence[str], descriptions: list[dict[str, Any]]) -> No
                         "prepare them (`--part I`) and give every part's --out")
 
 
-def merge_parts(parts: Sequence[str], out: str | Path, *, workers: int | None = None) -> dict[str, Any]:
-    """One dataset at `out` from the parts of a split preparation, equal to a one-machine preparation."""
+def merge_parts(parts: Sequence[str], out: str | Path, *, workers: int | None = None,
+                overwrite: bool = False) -> dict[str, Any]:
+    """One dataset at `out` from the parts of a split preparation, equal to a one-machine preparation.
+    A dataset of another preparation already at `out` is replaced only with `overwrite`."""
     if not parts:
         raise DataError("no parts given; pass the --out directories (or URLs) of every part")
     parts = [str(part).rstrip("/") for part in parts]
     out = str(out).rstrip("/")
+    claimed = claim_dataset(out, parts, "prepare merge")
     descriptions = [description for part in parts if (description := _read_part(part)) is not None]
     _check_parts(parts, descriptions)
     first = descriptions[0]
     key = first["cache_key"]
-    existing = existing_manifest(out)
-    if existing is not None and existing.get("cache_key") == key and is_complete(out, existing):
-        log.info(f"{out} is up to date (the same preparation); nothing to do")
+    existing = up_to_date_or_claimed(out, key, claimed, overwrite)
+    if existing is not None:
         return existing
     workers = (os.cpu_count() or 1) if workers is None else workers
     work = local_path(out) if is_local(out) else cache_root() / "prepare" / key[:20]
@@ -165,11 +186,13 @@ def merge_parts(parts: Sequence[str], out: str | Path, *, workers: int | None = 
     try:
         started = time.perf_counter()
         staging = work / f".staging-{key[:12]}"
+        tokenizer_dir = work / f".tokenizer-{key[:12]}"
+        if is_local(out):
+            claimed.record(staging.name, tokenizer_dir.name)
         staging.mkdir(parents=True, exist_ok=True)
         for part, description in zip(parts, descriptions, strict=True):
             for chunk in description["chunks"]:
                 _fetch(f"{part}/{CHUNKS_DIR}/{chunk_name(chunk)}", staging / chunk_name(chunk))
-        tokenizer_dir = work / f".tokenizer-{key[:12]}"
         for name in TOKENIZER_FILES:
             _fetch(f"{parts[0]}/{TOKENIZER_DIR}/{name}", tokenizer_dir / name, missing_ok=True)
         loaded = load_tokenizer(tokenizer_dir)
@@ -177,7 +200,8 @@ def merge_parts(parts: Sequence[str], out: str | Path, *, workers: int | None = 
         runner = TaskRunner(workers, str(loaded.path))
         try:
             manifest = build_and_publish(runner, loaded, key, work, out, PrepareSettings(**settings_values), staging,
-                                         first["chunk_documents"], first["text_bytes"], first["inputs"], started)
+                                         first["chunk_documents"], first["text_bytes"], first["inputs"], started,
+                                         claimed)
         finally:
             runner.close()
         shutil.rmtree(tokenizer_dir, ignore_errors=True)
