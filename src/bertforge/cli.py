@@ -138,6 +138,9 @@ def first_example(parser: argparse.ArgumentParser) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_arguments(parser, argv)
+    from bertforge.model_card import remember_command
+
+    remember_command(list(argv) if argv is not None else sys.argv[1:])  # the command a model card names
     debug = getattr(args, "debug", False) or os.environ.get("BERTFORGE_DEBUG") == "1"
     if getattr(args, "no_size_limits", False):
         lift_limits()

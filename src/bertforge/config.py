@@ -296,6 +296,7 @@ class TrainSection:
     log_every: int = 10  # write metrics every N steps
     checkpoint_every: int | None = None  # save a checkpoint every N steps; None = only at the end
     keep_last: int = 2  # checkpoints kept, newest first (the best one is kept in addition)
+    keep_optimizer_state: bool = True  # false: a run that finishes drops its checkpoints' optimizer, scaler, RNG and EMA state, keeping their model/ directories (what inference needs); it can no longer be resumed
     best_metric: str | None = None  # validation metric that marks the best checkpoint, e.g. mlm_accuracy
     best_mode: str = "max"  # max | min: whether a larger best_metric is better
     early_stopping_patience: int | None = None  # evaluations without best_metric improving before stopping; None = never
@@ -367,6 +368,7 @@ class LogSection:
     wandb_project: str | None = None  # log to Weights & Biases (needs `wandb` installed and logged in)
     mlflow_experiment: str | None = None  # log to MLflow (needs `mlflow` installed)
     progress: bool = True  # show a progress bar on the console
+    plots: bool = True  # at the end of a run, write plots/*.png of its metrics.jsonl (what `bertforge plot` writes)
 
 
 @dataclass

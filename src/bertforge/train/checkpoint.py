@@ -47,7 +47,7 @@ from bertforge.models.serialization import WEIGHTS_NAME, load_weights_into
 from bertforge.train.averaging import EMA_FILE, WeightEMA
 from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
 from bertforge.train.safe_dcp import load_dcp
-from bertforge.train.state_files import load_state, save_state, state_path
+from bertforge.train.state_files import STATE_SUFFIX, load_state, save_state, state_path
 
 META_FILE = CHECKPOINT_META
 OPTIMIZER_STATE, SCALER_STATE = "optimizer", "scaler"
@@ -241,6 +241,24 @@ class CheckpointManager:
                 torch.save(unwrap(model).state_dict(), directory / LEGACY_CHECKPOINT_WEIGHTS)
             save_state(optimizer.state_dict(), state_path(directory, OPTIMIZER_STATE))
 
+    def drop_training_state(self) -> tuple[int, int]:
+        """`train.keep_optimizer_state=false` at the end of a finished run: delete what only a resume reads
+        (optimizer, loss scaler, RNG and EMA state, FSDP's sharded `dcp/` beside a model directory) from every
+        checkpoint, keeping its model directory and meta.json, so the checkpoints stay loadable models.
+        Returns (checkpoints thinned, bytes freed); rank 0 only."""
+        thinned, freed = 0, 0
+        for checkpoint in self.complete_checkpoints():
+            if not _holds_model(checkpoint):  # a plain state dict in dcp/ only: nothing else would be left
+                continue
+            parts = [state_path(checkpoint, OPTIMIZER_STATE), state_path(checkpoint, SCALER_STATE),
+                     *checkpoint.glob(f"rng-rank*{STATE_SUFFIX}"), checkpoint / EMA_FILE, checkpoint / "dcp"]
+            existing = [part for part in parts if part.exists()]
+            for part in existing:
+                freed += _size_of(part)
+                shutil.rmtree(part) if part.is_dir() else part.unlink()
+            thinned += bool(existing)
+        return thinned, freed
+
     def _prune(self) -> None:
         keep = {p.name for p in self.complete_checkpoints()[-self.keep_last:]}
         best = self.best()
@@ -260,6 +278,11 @@ class CheckpointManager:
             raise BertforgeError(f"{path} is not a complete bertforge checkpoint (no {META_FILE}); "
                                  "pick another one or set run.resume=never")
         _refuse_pickled_state(path)
+        if optimizer is not None and is_model_only(path):
+            raise BertforgeError(
+                f"{path} holds only its model: the run finished with train.keep_optimizer_state=false, which dropped "
+                "the optimizer and RNG state a resume needs. To train further, start a new run (another run.name) "
+                f"from its weights with model.init_from={path.parent.parent}")
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         saved_world = meta.pop("world_size", 1)
         if (path / "dcp").is_dir():
@@ -301,6 +324,22 @@ class CheckpointManager:
             set_model_state_dict(model, target["model"])
         else:
             _load_model_weights(path, model)
+
+
+def _holds_model(checkpoint: Path) -> bool:
+    return (checkpoint / CHECKPOINT_MODEL / WEIGHTS_NAME).is_file() or (checkpoint / LEGACY_CHECKPOINT_WEIGHTS).is_file()
+
+
+def is_model_only(checkpoint: Path) -> bool:
+    """A checkpoint whose resume state `drop_training_state` removed: a model, no optimizer state."""
+    return (_holds_model(checkpoint) and not state_path(checkpoint, OPTIMIZER_STATE).is_file()
+            and not (checkpoint / "dcp").is_dir())
+
+
+def _size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(part.stat().st_size for part in path.rglob("*") if part.is_file())
 
 
 def _refuse_pickled_state(checkpoint: Path) -> None:

@@ -23,6 +23,7 @@ from bertforge.errors import ConfigError
 MAY_CHANGE = ("run.resume", "run.device", "run.output_dir", "optim.lr", "optim.clip_grad_norm",
               "train.max_steps", "train.max_epochs", "train.max_tokens", "train.max_time_minutes",
               "train.eval_every", "train.log_every", "train.checkpoint_every", "train.keep_last",
+              "train.keep_optimizer_state",
               "train.early_stopping_patience", "train.nan_policy", "train.max_skipped_steps", "train.best_metric",
               "train.best_mode", "train.average_last_k",
               "data.num_workers", "data.validation_samples", "data.verify_checksums", "data.cache_dir",

@@ -72,6 +72,10 @@ class StepRunner:
 class Task:
     """Subclass and override `build_datasets`, `build_model` and `forward_step`."""
 
+    # which weights `save_final` gets, for the reports it writes: {"step": 120, "which": "best" | "last" | "ema" |
+    # "average_of_checkpoints", ...}; set by the trainer just before it calls `save_final`
+    final_checkpoint: dict[str, Any] | None = None
+
     def __init__(self, config: Config) -> None:
         self.config = config
 

@@ -30,6 +30,7 @@ from bertforge.data.validation_subset import sample_rows
 from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
+from bertforge.output_guard import claim_run_directory
 from bertforge.train import distributed as D
 from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
@@ -106,15 +107,19 @@ class Trainer:
     # --- set-up ---------------------------------------------------------------------------------
 
     def _lock_run_dir(self) -> None:
-        """One writer per run directory, before anything in it is written (rank 0 holds the lock)."""
-        refused: DirectoryInUseError | None = None
+        """One writer per run directory, before anything in it is written (rank 0 holds the lock), and only a
+        directory the trainer may write: new, empty or an earlier run, also for runs started from the API,
+        GLUE's jobs or the quickstart (the commands check it first, with their own name)."""
+        refused: BertforgeError | None = None
         if self.env.is_main:
             try:
+                claim_run_directory(self.run_dir, "train")
                 self.run_lock.acquire()
-            except DirectoryInUseError as error:
+            except BertforgeError as error:
                 refused = error
         if D.any_rank(refused is not None, self.env, self.device):
-            raise refused or DirectoryInUseError(f"run directory {self.run_dir} is in use by another process")
+            raise refused or DirectoryInUseError(f"run directory {self.run_dir} is refused on rank 0 (in use by "
+                                                 "another process, or not a run directory)")
 
     def _build(self) -> None:
         config = self.config
@@ -380,7 +385,11 @@ class Trainer:
                         "Run the same command again to resume (run.resume=auto).")
         elif stopped_by != "nan":
             self._finish(state)
+            if not config.train.keep_optimizer_state:
+                self._drop_training_state()
         self.metrics.close()
+        if self.env.is_main and config.log.plots:
+            write_plots(self.run_dir)
         D.shutdown_distributed()
         if stopped_by == "nan":
             raise BertforgeError(self._divergence or (
@@ -543,15 +552,29 @@ class Trainer:
         self._refuse_diverged_result(state)
         origin = self._final_weights(state)
         best = self.checkpoints.best() if self.config.train.best_metric else None
+        self.task.final_checkpoint = {"step": state.step, "which": origin["weights"] if origin else "last"} | (
+            {"checkpoints": origin["checkpoints"]} if origin and "checkpoints" in origin else {})
         if best is not None:
             self.checkpoints.load_weights(best, self.model)
             log.info(f"reloaded the best checkpoint {best.name} ({self.config.train.best_metric} = {state.best_metric})")
+            self.task.final_checkpoint = {"step": int(best.name.removeprefix("step-")), "which": "best",
+                                          "best_metric": self.config.train.best_metric, "best_value": state.best_metric}
         full_state = _full_state_dict(self.model)
         if self.env.is_main:
             self.task.save_final(self._unsharded(full_state), self.run_dir / "final")
             if origin is not None:
                 write_origin(self.run_dir / "final", origin)
+            write_run_model_card(self.run_dir, self.config)
             log.info(f"final model written to {self.run_dir / 'final'}")
+        D.barrier(self.env)
+
+    def _drop_training_state(self) -> None:
+        """train.keep_optimizer_state=false: a finished run keeps only its checkpoints' models."""
+        if self.env.is_main:
+            thinned, freed = self.checkpoints.drop_training_state()
+            if thinned:
+                log.info(f"dropped the optimizer and RNG state of {thinned} checkpoint(s), {freed / 1e6:,.1f} MB "
+                         "(train.keep_optimizer_state=false); their model/ directories stay, the run cannot be resumed")
         D.barrier(self.env)
 
     def _final_weights(self, state: TrainingState) -> dict[str, Any] | None:
@@ -641,6 +664,28 @@ class _Window:
                 stats["mfu"] = achieved / peak_flops
         self.reset()
         return stats
+
+
+def write_plots(run_dir: Path) -> None:
+    """`plots/*.png` of the run's metrics (what `bertforge plot` writes): a picture is a convenience, so a
+    plotting failure (no matplotlib, no font cache) is a warning, never a failed run."""
+    try:
+        from bertforge.plotting import plot_run
+
+        plot_run(run_dir)
+    except Exception as error:  # noqa: BLE001 - whatever matplotlib raises, the trained model stands
+        log.warning(f"plots of {run_dir} not written ({type(error).__name__}: {first_line(error)}); "
+                    f"`bertforge plot {run_dir}` tries again")
+
+
+def write_run_model_card(run_dir: Path, config: Config) -> None:
+    """final/README.md (`bertforge.model_card`); a card that cannot be written is a warning, never a failed run."""
+    from bertforge.model_card import command_line, write_model_card
+
+    try:
+        write_model_card(run_dir / "final", run_dir=run_dir, config=config, command=command_line())
+    except Exception as error:  # noqa: BLE001 - the card describes the model; the model stands without it
+        log.warning(f"{run_dir / 'final' / 'README.md'} not written ({type(error).__name__}: {first_line(error)})")
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
