@@ -189,6 +189,13 @@ def test_evaluate_and_plot_replace_their_own_files_only_with_overwrite(
     assert run(capsys, "plot", str(tiny_classifier), "--out", str(plots), "--overwrite")[0] == 0
 
 
+def test_plot_redraws_a_runs_own_plots_without_overwrite(tiny_classifier: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The trainer draws RUN/plots at the end of every run; `bertforge plot RUN` redraws them as asked."""
+    assert run(capsys, "plot", str(tiny_classifier))[0] == 0
+    assert run(capsys, "plot", str(tiny_classifier))[0] == 0
+    assert (tiny_classifier / "plots" / "loss.png").is_file()
+
+
 # --- export: staging a killed run left ---------------------------------------------------------
 
 

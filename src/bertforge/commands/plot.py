@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          example="bertforge plot runs/quickstart-pretrain")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds metrics.jsonl)")
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR/plots)")
-    parser.add_argument("--overwrite", action="store_true", help="replace the PNGs of an earlier `plot` there")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the PNGs of an earlier `plot` in --out (a run's own plots/ is always redrawn)")
     parser.set_defaults(func=run)
 
 
@@ -26,8 +27,11 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     out_dir = output_directory(args.out, "--out") if args.out else run_dir / "plots"
+    # a run's own plots/ is derived from its metrics (the trainer draws it at the end of every run): redrawing
+    # it is what the command is for; a directory of the user's choosing keeps the --overwrite rule
+    redraw = args.overwrite or args.out is None
     for name in plot_names(run_metrics(run_dir)):
-        claim_file(out_dir / name, command="plot", flag="--out", what="plot", overwrite=args.overwrite,
+        claim_file(out_dir / name, command="plot", flag="--out", what="plot", overwrite=redraw,
                    sources=[(run_dir / "metrics.jsonl", "the run's metrics.jsonl")], recognise=is_png)
     written = plot_run(run_dir, out_dir)
     for path in written:
