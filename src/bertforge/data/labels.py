@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertforge.data.records import DELIMITER_NAMES, Records, read_records
+from bertforge.data.records import DELIMITER_NAMES, Records, describe_value, read_records
 from bertforge.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -151,15 +151,37 @@ def _check_columns(records: Records, needed: Mapping[str, str], cli_flags: bool)
 def _text(value: Any, column: str, where: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         value = ""
-    text = str(value)
-    if not text.strip():
+    if not isinstance(value, str):
+        # str() would turn 12345, ["a"] or true into text the user never wrote: a wrong column, or a file
+        # whose writer lost the quotes; either way the fix is in the data
+        raise DataError(f"{where}: column {column!r} holds {describe_value(value)}, not a string; give "
+                        "every text as a string (in quotes in JSON), or check that this is the text column")
+    if not value.strip():
         raise DataError(f"{where}: empty text in column {column!r}; fill it in or remove the row")
-    return text
+    return value
+
+
+def _checked_class_label(value: Any, column: str, where: str) -> Any:
+    """A raw classification label as given, when it is of a type a label can be: a string, an integer
+    (5.0 from a pandas-written file is 5), or nothing (None/NaN: "no label")."""
+    if value is None or isinstance(value, str) or (isinstance(value, float) and (math.isnan(value)
+                                                                                  or value.is_integer())):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    advice = ("for a number per row set finetune.task_type: regression" if isinstance(value, float)
+              else "give one label per row as a string or an integer")
+    raise DataError(f"{where}: the label in column {column!r} is {describe_value(value)}; a class label is a "
+                    f"string or an integer, so {advice}")
 
 
 def _regression_target(value: Any, column: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float | None):
+        # float(True) is 1.0: a boolean or a list is never read as a score
+        raise DataError(f"{where}: the regression label in column {column!r} is {describe_value(value)}, not a "
+                        "number; give a finite number per row")
     try:
-        target = float(value)
+        target = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         target = math.nan
         if label_key(value) is not None:
@@ -221,7 +243,7 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
 
     keys: list[str] = []
     for value, number in zip(raw_labels, numbers, strict=True):
-        key = label_key(value)
+        key = label_key(_checked_class_label(value, columns.label, records.where(number)))
         if key is None:
             raise DataError(f"{records.where(number)}: no label in column {columns.label!r}; give one or remove "
                             "the row")

@@ -60,6 +60,22 @@ class Records:
         return f"{self.source}:{number}" if self.unit == "line" else f"{self.source} row {number}"
 
 
+def describe_value(value: Any, limit: int = 60) -> str:
+    """A raw JSON/parquet value for a message, kind and text: `a list (['noun.act', 'noun.Tops'])`."""
+    if isinstance(value, bool):
+        kind = "a boolean"
+    elif isinstance(value, int | float):
+        kind = "a number"
+    elif isinstance(value, list | tuple):
+        kind = "a list"
+    elif isinstance(value, dict):
+        kind = "an object"
+    else:
+        kind = f"a {type(value).__name__}"
+    shown = repr(value)
+    return f"{kind} ({shown if len(shown) <= limit else shown[:limit - 3] + '...'})"
+
+
 def _file_format(path: Path) -> tuple[str | None, str]:
     """(format, extension) of a file, looking through a trailing .gz."""
     suffixes = [s.lower() for s in path.suffixes]

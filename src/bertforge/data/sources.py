@@ -30,8 +30,9 @@ from typing import IO, Any
 import fsspec
 
 from bertforge.console import log
-from bertforge.data.records import HUB_PREFIX, parse_hub_reference
+from bertforge.data.records import HUB_PREFIX, describe_value, parse_hub_reference
 from bertforge.errors import CORRUPT_GZIP_ERRORS, DataError, corrupt_compressed_file, first_line, location
+from bertforge.storage import storage_errors
 
 TEXT_SUFFIXES = (".txt", ".text")
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -91,18 +92,21 @@ def resolve_inputs(inputs: Sequence[str]) -> list[Source]:
         if given.startswith(HUB_PREFIX):
             sources.append(_hub_source(given))
             continue
-        fs, path = fsspec.core.url_to_fs(given)
-        if any(ch in path for ch in "*?["):
-            matches = sorted(fs.glob(path))
-            if not matches:
-                raise DataError(f"input glob {given!r} matched no files; check the pattern")
-            for match in matches:
-                sources.extend(_sources_at(fs, match, given))
-        elif fs.exists(path):
-            sources.extend(_sources_at(fs, path, given))
-        else:
-            raise DataError(f"input {given!r} does not exist; give a file, directory, glob, URL or hf:NAME")
+        with storage_errors(given, "read"):  # wrong credentials or endpoint: one line naming the URL
+            sources.extend(_sources_of(given))
     return sources
+
+
+def _sources_of(given: str) -> list[Source]:
+    fs, path = fsspec.core.url_to_fs(given)
+    if any(ch in path for ch in "*?["):
+        matches = sorted(fs.glob(path))
+        if not matches:
+            raise DataError(f"input glob {given!r} matched no files; check the pattern")
+        return [source for match in matches for source in _sources_at(fs, match, given)]
+    if fs.exists(path):
+        return _sources_at(fs, path, given)
+    raise DataError(f"input {given!r} does not exist; give a file, directory, glob, URL or hf:NAME")
 
 
 def _hub_source(given: str) -> Source:
@@ -171,15 +175,16 @@ def fingerprint_sources(sources: Sequence[Source]) -> str:
         digest.update(f"{source.kind}\0{source.url}\0{source.hub_config}\0{source.hub_split}\0".encode())
         if source.kind == "hf_hub":
             continue  # `iter_documents` adds nothing stable here; the cache key includes the dataset fingerprint
-        fs, path = fsspec.core.url_to_fs(source.url)
-        files = sorted(fs.find(path)) if fs.isdir(path) else [path]
-        for file in files:
-            digest.update(file.encode() + b"\0")
-            if _protocol(fs) == "file":
-                with open(file, "rb") as f:
-                    digest.update(hashlib.file_digest(f, "sha256").digest())
-            else:
-                digest.update(str(fs.checksum(file)).encode())
+        with storage_errors(source.url, "read"):
+            fs, path = fsspec.core.url_to_fs(source.url)
+            files = sorted(fs.find(path)) if fs.isdir(path) else [path]
+            for file in files:
+                digest.update(file.encode() + b"\0")
+                if _protocol(fs) == "file":
+                    with open(file, "rb") as f:
+                        digest.update(hashlib.file_digest(f, "sha256").digest())
+                else:
+                    digest.update(str(fs.checksum(file)).encode())
     return digest.hexdigest()
 
 
@@ -329,8 +334,16 @@ def _text_of(row: Any, text_field: str, source: Source, number: int, unit: str) 
     if text_field not in row:
         raise DataError(f"{location(source.url, number)}: no field {text_field!r} (fields: "
                         f"{', '.join(map(str, row)) or 'none'}); choose one with --text-field")
-    value = row[text_field]
-    return "" if value is None else str(value)
+    return _document_text(row[text_field], text_field, location(source.url, number))
+
+
+def _document_text(value: Any, text_field: str, where: str) -> str:
+    """A document's text field: a string, or None for an empty document. Anything else (12345, ["a"], true) is
+    refused: str() would invent text the corpus never held, and the tokenizer would learn it."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    raise DataError(f"{where}: field {text_field!r} holds {describe_value(value)}, not a string; give every text as a "
+                    "string (in quotes in JSON), or choose the text field with --text-field")
 
 
 def _read_table(source: Source, text_field: str, on_bytes: ProgressCallback | None) -> Iterator[Document]:
@@ -366,7 +379,8 @@ def _read_parquet(source: Source, text_field: str, on_bytes: ProgressCallback | 
             column = table_file.read_row_group(group, columns=[text_field]).column(0).to_pylist()
             for value in column:
                 row += 1
-                yield Document("" if value is None else str(value), f"{source.url} row {row}")
+                where = f"{source.url} row {row}"
+                yield Document(_document_text(value, text_field, where), where)
             if on_bytes is not None and source.size:
                 on_bytes(source.size // groups)
 
@@ -400,7 +414,8 @@ def _hf_rows(dataset: Any, text_field: str, source: Source) -> Iterator[Document
     for start in range(0, len(column), 10_000):
         values = column[start:start + 10_000][text_field]
         for offset, value in enumerate(values):
-            yield Document("" if value is None else str(value), f"{source.url} row {start + offset + 1}")
+            where = f"{source.url} row {start + offset + 1}"
+            yield Document(_document_text(value, text_field, where), where)
 
 
 def _read_mds(source: Source, text_field: str, on_bytes: ProgressCallback | None) -> Iterator[Document]:

@@ -17,15 +17,23 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bertforge.console import log
-from bertforge.errors import DataError, first_line
+from bertforge.console import log, setup_logging, verbosity
+from bertforge.errors import BertforgeError, DataError, first_line
+from bertforge.size_limits import check_vocab_size
+
+if TYPE_CHECKING:
+    from bertforge.data.sources import Source
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 VOCAB_MULTIPLE = 64
@@ -107,6 +115,12 @@ class LoadedTokenizer:
 # training
 
 
+def check_requested_vocab_size(vocab_size: int) -> None:
+    if vocab_size < len(SPECIAL_TOKENS) + 100:
+        raise DataError(f"--vocab-size {vocab_size} is too small; give at least {len(SPECIAL_TOKENS) + 100}")
+    check_vocab_size(vocab_size)  # the Rust trainer aborts with a panic on absurd sizes
+
+
 def build_wordpiece_tokenizer(lowercase: bool) -> Tokenizer:
     """An untrained BERT tokenizer: BERT normalizer and pre-tokenizer, `##` continuations."""
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
@@ -120,8 +134,7 @@ def build_wordpiece_tokenizer(lowercase: bool) -> Tokenizer:
 def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = True, min_frequency: int = 2,
                     show_progress: bool = False) -> Tokenizer:
     """Train a WordPiece vocabulary of (at most) `vocab_size`, then pad it to a multiple of 64."""
-    if vocab_size < len(SPECIAL_TOKENS) + 100:
-        raise DataError(f"--vocab-size {vocab_size} is too small; give at least {len(SPECIAL_TOKENS) + 100}")
+    check_requested_vocab_size(vocab_size)
     tokenizer = build_wordpiece_tokenizer(lowercase)
     # the trainer keeps every character it saw, beyond vocab_size if need be: a corpus with thousands of
     # distinct characters (CJK, emoji) gave 3,072 tokens for --vocab-size 2048 and no word of it. The
@@ -247,11 +260,76 @@ def train_tokenizer_from_inputs(inputs: list[str], out_dir: str | Path, *, vocab
                                 lowercase: bool = True, text_field: str = "text", min_frequency: int = 2,
                                 show_progress: bool = False) -> LoadedTokenizer:
     """Train on the documents of `inputs` (any format `bertforge.data.sources` reads) and save to `out_dir`."""
-    from bertforge.data.sources import iter_documents, resolve_inputs
+    from bertforge.data.sources import resolve_inputs
 
+    check_requested_vocab_size(vocab_size)
     sources = resolve_inputs(inputs)
-    texts = (document.text for document in iter_documents(sources, text_field=text_field))
-    tokenizer = train_wordpiece(texts, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
-                                show_progress=show_progress)
+    settings = dict(vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
+                    show_progress=show_progress)
+    tokenizer = Tokenizer.from_str(_in_child_process(sources, text_field, settings))
     save_tokenizer(tokenizer, out_dir, lowercase=lowercase)
     return load_tokenizer(out_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# training in a child process, so that Ctrl-C stops it at once
+
+
+CHILD_POLL_S = 0.1
+
+
+def _in_child_process(sources: list[Source], text_field: str, settings: dict[str, Any]) -> str:
+    """The trained tokenizer (as JSON) from `_train_in_child`, run in a spawned process this one waits for.
+
+    The Rust trainer does not return to Python until it has finished, so a Ctrl-C in the process that
+    called it waits for the whole training (minutes on a large corpus). Here the wait is ours: a
+    KeyboardInterrupt kills the child at once and propagates. The child starts with SIGINT blocked, so
+    a Ctrl-C at a terminal, which reaches the whole process group, prints nothing from it. Spawned, not
+    forked: the caller may hold threads or CUDA state a fork would copy.
+    """
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    shown = verbosity() if log.handlers else None  # the CLI's console settings; a library caller's own logging else
+    child = context.Process(target=_train_in_child, args=(sources, text_field, settings, shown, send),
+                            name="bertforge-tokenizer-training", daemon=True)
+    # blocked, not ignored, while the child starts: the child inherits the blocked mask (so it never sees a
+    # Ctrl-C), and one that arrives meanwhile is delivered here when it is unblocked, not lost
+    blocked_before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        child.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked_before)
+    send.close()
+    try:
+        while not receive.poll(CHILD_POLL_S):
+            if not child.is_alive() and not receive.poll():
+                raise BertforgeError(f"tokenizer training stopped with exit code {child.exitcode} before it finished "
+                                     "(killed by the system for lack of memory?); try a smaller --vocab-size or input")
+        kind, value = receive.recv()
+    except BaseException:
+        child.kill()
+        child.join()
+        raise
+    finally:
+        receive.close()
+    child.join()
+    if kind == "error":
+        raise value
+    return value
+
+
+def _train_in_child(sources: list[Source], text_field: str, settings: dict[str, Any], parent_verbosity: int | None,
+                    send: Connection) -> None:
+    from bertforge.data.sources import iter_documents
+
+    if parent_verbosity is not None:
+        setup_logging(parent_verbosity)
+    try:
+        texts = (document.text for document in iter_documents(sources, text_field=text_field))
+        outcome: tuple[str, Any] = ("done", train_wordpiece(texts, **settings).to_str())
+    except BertforgeError as error:
+        outcome = ("error", error)
+    except Exception as error:  # a bug: its type and message reach the parent, which reports it as one
+        outcome = ("error", RuntimeError(f"{type(error).__name__}: {error}"))
+    send.send(outcome)
+    send.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import ConfigError
+from bertforge.size_limits import check_model_fits
 
 if TYPE_CHECKING:
     from bertforge.config import ModelSection
@@ -25,6 +26,8 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "cls", "mean", "last")
 VOCAB_MULTIPLE = 64
+SIZE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
+               "type_vocab_size", "local_attention_window", "global_every_n")
 
 
 @dataclass
@@ -60,6 +63,10 @@ class EncoderConfig:
             value = getattr(self, name)
             if value not in choices:
                 raise ConfigError(f"model `{name}` is {value!r}; expected one of {', '.join(choices)}")
+        for name in SIZE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | None):
+                raise ConfigError(f"model `{name}` is {value!r}; give a whole number")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings"):
             if getattr(self, name) < 1:
@@ -109,6 +116,19 @@ class EncoderConfig:
     def layer_rope_theta(self, layer_index: int) -> float:
         return self.rope_theta if self.is_global_layer(layer_index) else self.rope_theta_local
 
+    def parameter_count(self) -> int:
+        """The parameters of the encoder with an MLM head, from the sizes alone (no tensor is made): what
+        `bertforge.size_limits.check_model_fits` weighs before a model is built. A task head adds little."""
+        hidden, inner, bias = self.hidden_size, self.intermediate_size, int(self.bias)
+        norm = hidden * (1 + bias)
+        positions = self.max_position_embeddings if self.position == "learned" else 0
+        embeddings = (self.vocab_size + positions + self.type_vocab_size) * hidden + norm
+        mlp_inner = inner * (2 if self.mlp == "geglu" else 1)
+        layer = (3 * hidden * hidden + 3 * hidden * bias + hidden * hidden + hidden * bias  # attention
+                 + hidden * mlp_inner + mlp_inner * bias + inner * hidden + hidden * bias + 2 * norm)
+        mlm_head = hidden * hidden + hidden * bias + norm + self.vocab_size * (bias + (not self.tie_word_embeddings) * hidden)
+        return embeddings + self.num_layers * layer + mlm_head
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -120,7 +140,12 @@ class EncoderConfig:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean `{close[0]}`?" if close else ""
                 raise ConfigError(f"unknown encoder field `{key}` in {source}{hint}")
-        return cls(**values)
+        try:
+            config = cls(**values)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None
+        check_model_fits(config.parameter_count(), config.num_layers, source)  # before any weight is allocated
+        return config
 
 
 def _preset(**values: Any) -> dict[str, Any]:
@@ -185,4 +210,7 @@ def encoder_config_from_section(section: ModelSection, vocab_size: int) -> Encod
         if value is not None:
             values[name] = value
     values["vocab_size"] = pad_vocab_size(section.vocab_size if section.vocab_size is not None else vocab_size)
-    return EncoderConfig(**values)
+    config = EncoderConfig(**values)
+    check_model_fits(config.parameter_count(), config.num_layers,
+                     f"the model of model.preset={section.preset} and the model.* keys")
+    return config

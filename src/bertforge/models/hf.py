@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -34,6 +35,7 @@ from bertforge.models.serialization import (
     write_directory_atomically,
 )
 from bertforge.models.token_classification import BertforgeForTokenClassification
+from bertforge.size_limits import check_model_fits
 
 BertforgeAny = (BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
                 | BertforgeForTokenClassification)
@@ -431,8 +433,8 @@ def load_converted_state(model: BertforgeAny, hf_state: dict[str, torch.Tensor],
         log.info("initialised from scratch (not in %s): %s", source, ", ".join(fresh))
 
 
-def hf_architecture(directory: str | Path) -> str:
-    """The importable `transformers` class a Hugging Face directory holds (from its config.json)."""
+def read_hf_config(directory: str | Path) -> dict[str, Any]:
+    """A Hugging Face directory's config.json, as the JSON object it holds."""
     config_path = Path(directory) / "config.json"
     if not config_path.is_file():
         raise BertforgeError(f"{directory} has no config.json; give a Hugging Face model directory")
@@ -440,6 +442,15 @@ def hf_architecture(directory: str | Path) -> str:
         hf_config = json.loads(config_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise BertforgeError(f"{config_path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(hf_config, dict):
+        raise BertforgeError(f"{config_path}: expected a JSON object of settings, got {type(hf_config).__name__}")
+    return hf_config
+
+
+def hf_architecture(directory: str | Path) -> str:
+    """The importable `transformers` class a Hugging Face directory holds (from its config.json)."""
+    config_path = Path(directory) / "config.json"
+    hf_config = read_hf_config(directory)
     architectures = hf_config.get("architectures") or []
     hf_class = next((name for name in architectures if name in IMPORTABLE_CLASSES), None)
     if hf_class is None:
@@ -448,6 +459,51 @@ def hf_architecture(directory: str | Path) -> str:
         raise BertforgeError(f"{config_path}: architectures {architectures} are not supported; bertforge imports "
                              f"{', '.join(IMPORTABLE_CLASSES)}")
     return hf_class
+
+
+# config.json keys that size a BERT/ModernBERT model; a missing one takes transformers' default
+HF_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings")
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def check_hf_checkpoint(directory: str | Path, hf_class: str) -> None:
+    """What `from_pretrained` would allocate and unpickle, checked before it runs.
+
+    Sizes: each a whole number (transformers' own validation error is not one line), the model within
+    `bertforge.size_limits` (a config.json with a million layers would otherwise grow memory for
+    minutes). Weights: safetensors only; a pickle (`pytorch_model.bin`) can run code when it is
+    loaded, and nothing bertforge reads may (`use_safetensors=True` makes transformers agree).
+    """
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    values = read_hf_config(directory)
+    for key in (*HF_SIZE_KEYS, "type_vocab_size"):
+        value = values.get(key, 1)
+        least = 0 if key == "type_vocab_size" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BertforgeError(f"{config_path}: `{key}` is {value!r}; give a whole number of at least {least}")
+    hf_config = getattr(transformers, hf_class).config_class.from_pretrained(str(directory), local_files_only=True)
+    if hf_config.hidden_size % hf_config.num_attention_heads:
+        raise BertforgeError(f"{config_path}: `hidden_size` ({hf_config.hidden_size}) is not a multiple of "
+                             f"`num_attention_heads` ({hf_config.num_attention_heads}); fix one of them")
+    estimate = EncoderConfig(
+        vocab_size=hf_config.vocab_size, hidden_size=hf_config.hidden_size, num_layers=hf_config.num_hidden_layers,
+        num_heads=hf_config.num_attention_heads, intermediate_size=hf_config.intermediate_size,
+        max_position_embeddings=hf_config.max_position_embeddings,
+        type_vocab_size=getattr(hf_config, "type_vocab_size", 0), mlp="geglu" if hf_class.startswith("Modern") else "gelu")
+    check_model_fits(estimate.parameter_count(), estimate.num_layers, str(config_path), "num_hidden_layers")
+    if not any((directory / name).is_file() for name in SAFE_WEIGHTS):
+        pickled = next((name for name in PICKLED_WEIGHTS if (directory / name).is_file()), None)
+        if pickled is not None:
+            raise BertforgeError(
+                f"{directory / pickled}: weights in pickle format, which can run code when loaded, so bertforge does "
+                "not read them; if you trust where they came from, convert them to model.safetensors once, e.g. "
+                f"`python -c \"import transformers; transformers.{hf_class}.from_pretrained('{directory}')"
+                f".save_pretrained('{directory}')\"`, or download the model's model.safetensors")
+        raise BertforgeError(f"{directory}: no model.safetensors beside config.json; the directory is incomplete, copy "
+                             "or download the weights as well")
 
 
 def sentence_transformers_pooling(directory: str | Path) -> str | None:
@@ -467,8 +523,15 @@ def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels:
                        nsp: bool | None = None) -> BertforgeAny:
     """Load a Hugging Face BERT/ModernBERT directory (e.g. all-MiniLM-L6-v2) into a bertforge model, offline."""
     hf_class = hf_architecture(directory)
-    hf_model, loading = getattr(transformers, hf_class).from_pretrained(str(directory), local_files_only=True,
-                                                                         output_loading_info=True)
+    check_hf_checkpoint(directory, hf_class)
+    try:
+        hf_model, loading = getattr(transformers, hf_class).from_pretrained(
+            str(directory), local_files_only=True, output_loading_info=True, use_safetensors=True)
+    except RuntimeError as error:
+        if "mismatched_sizes" not in str(error) and "size mismatch" not in str(error):
+            raise
+        raise BertforgeError(f"{directory}: the weights in model.safetensors do not have the sizes its config.json "
+                             "gives; restore the config.json that came with the weights") from None
     if any(key.endswith("pooler.dense.weight") for key in loading["missing_keys"]):
         # transformers drew a pooler the checkpoint does not have: import none rather than that draw
         owner = hf_model if hf_class == "BertModel" else getattr(hf_model, "bert", None)
