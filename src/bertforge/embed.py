@@ -51,7 +51,7 @@ def load_embedder(reference: str | Path) -> Embedder:
 
 
 def read_texts(source: str | Path, text_column: str = "text", delimiter: str | None = None) -> list[str]:
-    """Texts to embed: a .txt file, one per line, or a column of a csv/tsv/jsonl/parquet file."""
+    """Texts to embed (or to predict on): a .txt file, one per line, or a column of a csv/tsv/jsonl/parquet file."""
     from bertforge.data.labels import _check_columns, _text
     from bertforge.data.records import read_records
 
@@ -65,8 +65,8 @@ def read_texts(source: str | Path, text_column: str = "text", delimiter: str | N
             raise DataError(f"{source}: not UTF-8 text; convert it (iconv -t utf-8)") from None
         for number, line in enumerate(lines, start=1):
             if not line.strip():
-                raise DataError(f"{source}:{number}: empty line; every line is one text (its vector is row "
-                                f"{number - 1} of the output), so remove it")
+                raise DataError(f"{source}:{number}: empty line; every line is one text (row {number - 1} of "
+                                "the output), so remove it")
         if not lines:
             raise DataError(f"{source}: no lines; the file is empty")
         return lines

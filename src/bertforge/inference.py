@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from torch import nn
 from bertforge.console import log
 from bertforge.data.labeled import LabeledDataset
 from bertforge.data.labels import Columns, LabeledSplit, LabelSet, read_labeled_split
-from bertforge.errors import BertforgeError, first_line
+from bertforge.errors import BertforgeError, DataError, first_line
 from bertforge.locate import ModelLocation, resolve_model, tokenizer_dir_for
 from bertforge.models.serialization import CORRUPT_FILE_MARKS, DAMAGED_WEIGHTS_ERRORS
 from bertforge.tasks.evaluation import (
@@ -33,7 +33,11 @@ from bertforge.tasks.evaluation import (
     outputs_of,
 )
 
+if TYPE_CHECKING:
+    from bertforge.config import FinetuneSection
+
 DEFAULT_MAX_LENGTH = 512
+DEFAULT_ID_COLUMN = "id"  # carried into predict's rows when the input has it and --id-column is not given
 
 
 # ---------------------------------------------------------------------------------------------
@@ -46,6 +50,7 @@ class LoadedModel:
     location: ModelLocation
     tokenizer_dir: Path | None
     max_length: int  # tokens per example: the fine-tuning run's finetune.max_length, else the model's limit
+    run_settings: FinetuneSection | None = None  # the finetune section of the run the model belongs to, if any
 
     @property
     def name(self) -> str:
@@ -100,11 +105,13 @@ def load_model(reference: str | Path) -> LoadedModel:
     model.eval()
     limit = model.config.max_position_embeddings if model.config.position == "learned" else DEFAULT_MAX_LENGTH
     max_length = min(DEFAULT_MAX_LENGTH, limit)
+    run_settings = None
     if location.run_dir is not None:
         from bertforge.config import load_run_config
 
-        max_length = min(load_run_config(location.run_dir / "config.yaml").finetune.max_length, limit)
-    return LoadedModel(model, location, tokenizer_dir_for(location), max_length)
+        run_settings = load_run_config(location.run_dir / "config.yaml").finetune
+        max_length = min(run_settings.max_length, limit)
+    return LoadedModel(model, location, tokenizer_dir_for(location), max_length, run_settings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,12 +120,82 @@ def load_model(reference: str | Path) -> LoadedModel:
 
 def read_inputs(source: str | Path, *, text_column: str = "text", text_pair_column: str | None = None,
                 delimiter: str | None = None) -> LabeledSplit:
-    """Texts to predict on, from any file `bertforge.data.labeled` reads (labels, if any, are ignored)."""
+    """Texts to predict on, from a .txt file or any file `bertforge.data.records` reads (labels are ignored)."""
+    return read_prediction_inputs(source, text_column=text_column, text_pair_column=text_pair_column,
+                                  delimiter=delimiter).split
+
+
+@dataclass
+class PredictionInputs:
+    """What `predict` runs on: the texts (and pairs), and each text's id when the input has an id column."""
+
+    split: LabeledSplit  # read without labels
+    ids: list[Any] | None
+
+
+def texts_given(texts: Sequence[str], text_pairs: Sequence[str] | None = None,
+                source: str = "the command line") -> PredictionInputs:
+    """Texts given directly (`predict --text`), with their second texts for a pair model."""
+    for number, text in enumerate([*texts, *(text_pairs or [])], start=1):
+        if not text.strip():
+            raise BertforgeError(f"{source}: text {number} is empty; give each --text / --text-pair some words")
+    pairs = list(text_pairs) if text_pairs is not None else None
+    return PredictionInputs(LabeledSplit(source, "classification", list(texts), pairs, None, []), None)
+
+
+def read_prediction_inputs(source: str | Path, *, text_column: str = "text", text_pair_column: str | None = None,
+                           id_column: str | None = None, delimiter: str | None = None) -> PredictionInputs:
+    """A `.txt` file (one text per line, as `embed` reads it) or the text column(s) of a csv/tsv/jsonl/parquet
+    file, saved dataset or `bundled:` split, with the `id_column` of each row (None: `id`, when there is one)."""
+    from bertforge.data.labels import _check_columns, _text
+    from bertforge.data.records import read_records
+    from bertforge.embed import read_texts
     from bertforge.locate import resolve_data_file
 
-    return read_labeled_split(resolve_data_file(str(source)) or str(source), with_labels=False,
-                              columns=Columns(text_column, text_pair_column), delimiter=delimiter, split="input",
-                              cli_flags=True)  # predict's options: errors name --text-column, not finetune.*
+    path = resolve_data_file(str(source)) or str(source)
+    if Path(path).suffix == ".txt":
+        for flag, given in (("--text-pair-column", text_pair_column), ("--id-column", id_column)):
+            if given is not None:
+                raise BertforgeError(f"{source}: a .txt file is one text per line, with no column {given!r} "
+                                     f"({flag}); give a csv/tsv/jsonl/parquet file with that column")
+        return texts_given(read_texts(path), source=str(source))
+    needed = {"text_column": text_column} | ({"text_pair_column": text_pair_column} if text_pair_column else {})
+    records = read_records(path, split="input", delimiter=delimiter,
+                           columns=[*needed.values(), id_column or DEFAULT_ID_COLUMN])
+    if id_column is None and DEFAULT_ID_COLUMN in records.columns:
+        id_column = DEFAULT_ID_COLUMN
+    _check_columns(records, needed | ({"id_column": id_column} if id_column else {}), cli_flags=True)
+    texts: list[str] = []
+    pairs: list[str] | None = [] if text_pair_column else None
+    ids: list[Any] | None = [] if id_column else None
+    for number, row in records.rows:
+        where = records.where(number)
+        texts.append(_text(row.get(text_column), text_column, where))
+        if pairs is not None:
+            pairs.append(_text(row.get(text_pair_column), text_pair_column, where))  # type: ignore[arg-type]
+        if ids is not None:
+            ids.append(_row_id(row.get(id_column), id_column, where))  # type: ignore[arg-type]
+    if not texts:
+        raise DataError(f"{records.source}: no rows; give at least one text")
+    return PredictionInputs(LabeledSplit(records.source, "classification", texts, pairs, None, []), ids)
+
+
+def _row_id(value: Any, column: str, where: str) -> str | int:
+    """An id as the input holds it: a string or an integer (5.0 from a pandas-written file is 5)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if (isinstance(value, str) and value.strip()) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    shown = "missing" if value in (None, "") or isinstance(value, float) else f"{value!r}"
+    raise DataError(f"{where}: the id in column {column!r} is {shown}; give every row a string or integer id, or "
+                    "name another column with --id-column")
+
+
+def with_ids(rows: list[dict[str, Any]], ids: Sequence[Any] | None) -> list[dict[str, Any]]:
+    """Each output row led by its input row's id (`predict --id-column`)."""
+    if ids is None:
+        return rows
+    return [{"id": row_id} | row for row_id, row in zip(ids, rows, strict=True)]
 
 
 def prediction_rows(loaded: LoadedModel, split: LabeledSplit, batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
@@ -266,11 +343,10 @@ def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Pa
                           score=label_column if metric == "cosine" else None)
     pairs = read_pair_split(resolve_data_file(str(data)) or str(data), columns, delimiter=delimiter, split=split,
                             cli_flags=True)
-    from bertforge.config import FinetuneSection, load_run_config
+    from bertforge.config import FinetuneSection
 
     # the reported loss is MNRL at the run's similarity_scale (sentence-transformers' 20 for other models)
-    section = load_run_config(loaded.location.run_dir / "config.yaml").finetune if loaded.location.run_dir \
-        else FinetuneSection()
+    section = loaded.run_settings or FinetuneSection()
     loss = "mnrl" if metric == "retrieval" else "cosine"
     return evaluate_pairs(embedder, pairs, loaded.tokenizer(), loaded.max_length, split, loss,
                           section.similarity_scale, batch_size)

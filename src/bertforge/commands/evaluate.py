@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from bertforge.commands.common import add_command
 from bertforge.commands.predict import add_input_arguments, load_model_for
@@ -16,7 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Evaluate a fine-tuned model on labeled data read against the model's own label names: "
                     "accuracy, macro F1, Matthews correlation (and binary F1 with two classes), or Pearson, "
                     "Spearman and MSE for regression, plus per-class precision/recall and the confusion matrix. "
-                    "Prints the tables; with --out-dir also writes <split>_results.json, <split>_report.md and "
+                    "MODEL is a run directory, its final/, a checkpoint or a model directory; a run's model reads "
+                    "the columns it was trained on (its config.yaml's finetune.text_column, text_pair_column, "
+                    "label_column, tokens_column, tags_column, negative_column and label_map) unless an option "
+                    "says otherwise. Prints the tables; with --out-dir also writes <split>_results.json, <split>_report.md and "
                     "<split>_confusion_matrix.png. A label the model does not know is an error naming its line. A token "
                     "classifier is scored on a tagged file (CoNLL or jsonl) with seqeval's entity-level "
                     "precision/recall/F1, word accuracy and the per-type table. A sentence-embedding model (an embedding run, a "
@@ -26,21 +30,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Pearson/Spearman of cos(a, b) against --label-column's scores.",
         example="""
         bertforge evaluate runs/supersense-minilm --data bundled:supersense/test
+        bertforge evaluate runs/reviews/checkpoints/step-00000500 --data reviews-test.csv --out-dir reports/
         bertforge evaluate runs/sts/final --data dev.tsv --text-column sentence1 --text-pair-column sentence2 \\
             --label-column score --split-name dev --out-dir reports/
         """)
     parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
     parser.add_argument("--data", required=True, help="labeled csv/tsv/jsonl/parquet file or bundled:supersense/SPLIT")
-    parser.add_argument("--label-column", default="label", help="column with the label or score (default: label)")
-    parser.add_argument("--tokens-column", default="tokens",
-                        help="token classifiers, jsonl/parquet data: the column of word lists (default: tokens)")
-    parser.add_argument("--tags-column", default="tags",
-                        help="token classifiers, jsonl/parquet data: the column of tag lists (default: tags; CoNLL "
-                             "files: the last column)")
+    parser.add_argument("--label-column", default=None,
+                        help="column with the label or score (default: the run's finetune.label_column, else label)")
+    parser.add_argument("--tokens-column", default=None,
+                        help="token classifiers, jsonl/parquet data: the column of word lists (default: the run's "
+                             "finetune.tokens_column, else tokens)")
+    parser.add_argument("--tags-column", default=None,
+                        help="token classifiers, jsonl/parquet data: the column of tag lists (default: the run's "
+                             "finetune.tags_column, else tags; CoNLL files: the last column)")
     parser.add_argument("--negative-column", default=None,
-                        help="embedding models: a column of hard negatives, added to the retrieval corpus")
-    parser.add_argument("--embedding-metric", choices=("retrieval", "cosine"), default="retrieval",
-                        help="embedding models: retrieval metrics (default) or cosine-score correlation")
+                        help="embedding models: a column of hard negatives, added to the retrieval corpus (default: "
+                             "the run's finetune.negative_column)")
+    parser.add_argument("--embedding-metric", choices=("retrieval", "cosine"), default=None,
+                        help="embedding models: retrieval metrics or cosine-score correlation (default: cosine for "
+                             "a run trained with finetune.embedding_loss cosine, else retrieval)")
     parser.add_argument("--split-name", default="evaluation", help="name used in the tables and file names")
     parser.add_argument("--out-dir", default=None, help="also write the report files into this directory")
     parser.add_argument("--overwrite", action="store_true",
@@ -53,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bertforge.console import log, stdout_console
+    from bertforge.errors import BertforgeError
     from bertforge.inference import evaluate_file, evaluate_tagged_file
     from bertforge.output_guard import record_outputs
     from bertforge.tasks.evaluation import write_evaluation
@@ -65,18 +75,25 @@ def run(args: argparse.Namespace) -> int:
     if embedder is not None:
         from bertforge.inference import evaluate_pairs_file
 
+        metric = args.embedding_metric or ("cosine" if loaded.run_settings is not None
+                                           and loaded.run_settings.embedding_loss == "cosine" else "retrieval")
         report = evaluate_pairs_file(loaded, embedder, args.data, split=args.split_name,
                                      text_column=args.text_column, text_pair_column=args.text_pair_column,
-                                     negative_column=args.negative_column, metric=args.embedding_metric,
+                                     negative_column=args.negative_column, metric=metric,
                                      label_column=args.label_column, delimiter=args.delimiter,
                                      batch_size=args.batch_size)
     elif loaded.is_tagger():
         report = evaluate_tagged_file(loaded, args.data, split=args.split_name, tokens_column=args.tokens_column,
                                       tags_column=args.tags_column, batch_size=args.batch_size)
     else:
+        if Path(args.data).suffix == ".txt":
+            raise BertforgeError(f"{args.data}: a .txt file holds texts without labels; evaluate a csv/tsv/jsonl/"
+                                 "parquet file with a label column (--label-column), or get the model's predictions "
+                                 f"with `bertforge predict {args.model} --input {args.data}`")
+        label_map = loaded.run_settings.label_map if loaded.run_settings is not None else None
         report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
                                text_pair_column=args.text_pair_column, label_column=args.label_column,
-                               delimiter=args.delimiter, batch_size=args.batch_size)
+                               label_map=label_map, delimiter=args.delimiter, batch_size=args.batch_size)
     table = Table(title=f"{report.split}: {int(report.metrics['examples']):,} examples from {report.source}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -107,7 +124,6 @@ def evaluation_file_names(split: str) -> tuple[str, str, str]:
 
 def claim_report_files(out_dir: str, split: str, overwrite: bool, sources: list[tuple[str, str]]) -> None:
     """The report files `evaluate` may write into `out_dir` (its directory may hold other files)."""
-    from pathlib import Path
 
     from bertforge.output_guard import claim_file, output_directory
 

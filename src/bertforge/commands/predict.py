@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from bertforge.commands.common import add_command
 
+# options that default to the run's own finetune.* setting when MODEL belongs to a run (else the FinetuneSection
+# default): the columns it was trained on are the columns of the files it is used on
+RUN_SETTINGS = ("text_column", "text_pair_column", "label_column", "tokens_column", "tags_column", "negative_column")
+
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     """The text columns of an input file (shared with `bertforge evaluate`)."""
-    parser.add_argument("--text-column", default="text", help="column with the (first) text (default: text)")
-    parser.add_argument("--text-pair-column", default=None, help="column with the second text, for pair models")
+    parser.add_argument("--text-column", default=None,
+                        help="column with the (first) text (default: the run's finetune.text_column, else text)")
+    parser.add_argument("--text-pair-column", default=None,
+                        help="column with the second text, for pair models (default: the run's "
+                             "finetune.text_pair_column)")
     parser.add_argument("--delimiter", default=None,
                         help="csv/tsv delimiter (default: from the extension, comma for .csv, tab for .tsv)")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per forward pass (default 64)")
@@ -22,27 +30,47 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
-        subparsers, "predict", help="predict labels (with probabilities) or scores for a file of texts",
-        description="Run a fine-tuned model over a csv/tsv/jsonl/parquet file (or bundled:supersense/SPLIT) and "
-                    "write one JSON line per text: the label, its probability and every class's probability "
-                    "(classification), the score (regression), or the entities with their character spans and scores "
-                    "(token classification, as transformers' token-classification pipeline gives them). MODEL is a run directory, its final/, a "
-                    "checkpoint, or a bertforge / Hugging Face model directory. Batches are unpadded.",
+        subparsers, "predict", help="predict labels (with probabilities) or scores for texts",
+        description="Run a fine-tuned model over a .txt file (one text per line), a csv/tsv/jsonl/parquet file (or "
+                    "bundled:supersense/SPLIT) or texts given with --text, and write one JSON line per text: the "
+                    "label, its probability and every class's probability (classification), the score "
+                    "(regression), or the entities with their character spans and scores (token classification, "
+                    "as transformers' token-classification pipeline gives them), to --out or else to stdout. "
+                    "MODEL is a run directory, its final/, a checkpoint, or a bertforge / Hugging Face model "
+                    "directory; a run's model reads the columns the run was trained on (its config.yaml's "
+                    "finetune.text_column / text_pair_column) unless --text-column / --text-pair-column say "
+                    "otherwise. An input's id column (--id-column; by default `id` when there is one) leads each "
+                    "output line as \"id\". Batches are unpadded.",
         example="""
         bertforge predict runs/supersense-minilm --input bundled:supersense/test --out preds.jsonl
+        bertforge predict runs/supersense-minilm --text "a small domesticated carnivore" --text "to run fast"
+        bertforge predict runs/supersense-minilm --input texts.txt --out preds.jsonl --overwrite
         bertforge predict runs/nli/final --input pairs.tsv --text-column premise --text-pair-column hypothesis \\
-            --out preds.jsonl
+            --id-column pair_id --out preds.jsonl
         """)
     parser.add_argument("model", metavar="MODEL", help="run directory, final/, checkpoint or model directory")
-    parser.add_argument("--input", required=True, help="file with the texts to classify")
-    parser.add_argument("--out", required=True, help="output JSON lines file (never --input)")
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--input", help=".txt (one text per line) or csv/tsv/jsonl/parquet file with the texts")
+    given.add_argument("--text", action="append", metavar="TEXT",
+                       help="a text to predict on (repeat for more); the predictions go to stdout without --out")
+    parser.add_argument("--text-pair", action="append", metavar="TEXT",
+                        help="pair models: the second text of each --text, in the same order")
+    parser.add_argument("--id-column", default=None,
+                        help=f"input column carried into each output line as \"id\" (default: {DEFAULT_ID!r} "
+                             "when the input has it)")
+    parser.add_argument("--out", default=None,
+                        help="output JSON lines file (never --input); without it the lines go to stdout")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier predictions file at --out")
     add_input_arguments(parser)
     parser.set_defaults(func=run)
 
 
+DEFAULT_ID = "id"  # bertforge.inference.DEFAULT_ID_COLUMN, without importing torch to build the parser
+
+
 def load_model_for(args: argparse.Namespace) -> Any:
-    """Check the shared input options and load MODEL (shared with `bertforge evaluate`)."""
+    """Check the shared input options, load MODEL and fill the options not given from its run's settings
+    (shared with `bertforge evaluate`)."""
     from bertforge.console import quiet_transformers
     from bertforge.errors import BertforgeError
     from bertforge.inference import load_model
@@ -50,34 +78,92 @@ def load_model_for(args: argparse.Namespace) -> Any:
     if args.batch_size < 1:
         raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
     quiet_transformers()
-    return load_model(args.model)
+    loaded = load_model(args.model)
+    fill_from_run(args, loaded.run_settings)
+    return loaded
+
+
+def fill_from_run(args: argparse.Namespace, run_settings: Any) -> None:
+    """Each column option not given on the command line takes the run's finetune.* value (a model outside a run:
+    the default), and the log says which came from the run."""
+    from bertforge.config import FinetuneSection
+    from bertforge.console import log
+
+    defaults = FinetuneSection()
+    from_run = []
+    for key in RUN_SETTINGS:
+        if not hasattr(args, key) or getattr(args, key) is not None:
+            continue
+        value = getattr(run_settings or defaults, key)
+        setattr(args, key, value)
+        if value != getattr(defaults, key):
+            from_run.append(f"--{key.replace('_', '-')} {value}")
+    if from_run:
+        log.info(f"from the run's config.yaml: {', '.join(from_run)}")
 
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
     from bertforge.errors import BertforgeError
-    from bertforge.inference import entity_rows, prediction_rows, read_inputs, write_jsonl
+    from bertforge.inference import (
+        entity_rows,
+        prediction_rows,
+        read_prediction_inputs,
+        texts_given,
+        with_ids,
+        write_jsonl,
+    )
     from bertforge.output_guard import claim_file, record_outputs
 
-    out = claim_file(args.out, command="predict", flag="--out", what="predictions file", overwrite=args.overwrite,
-                     sources=[(args.input, "the --input file"), (args.model, "MODEL")],
-                     recognise=is_predictions_file, example_name="predictions.jsonl")
+    if args.text_pair is not None and args.text is None:
+        raise BertforgeError("--text-pair gives the second text of each --text; give the --text too (or --input "
+                             "with --text-pair-column)")
+    out = None
+    if args.out is not None:
+        out = claim_file(args.out, command="predict", flag="--out", what="predictions file", overwrite=args.overwrite,
+                         sources=[(args.input, "the --input file"), (args.model, "MODEL")] if args.input else
+                         [(args.model, "MODEL")], recognise=is_predictions_file, example_name="predictions.jsonl")
     loaded = load_model_for(args)
-    split = read_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
-                        delimiter=args.delimiter)
+    if args.text is not None:
+        inputs = texts_given(args.text, checked_text_pairs(args, loaded.name))
+    else:
+        inputs = read_prediction_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                                        id_column=args.id_column, delimiter=args.delimiter)
+    split = inputs.split
     if loaded.is_tagger():  # a token classifier: entities with character spans per text
         if split.text_pairs is not None:
-            raise BertforgeError(f"{loaded.name} tags single texts; drop --text-pair-column")
+            raise BertforgeError(f"{loaded.name} tags single texts; drop --text-pair-column / --text-pair")
         rows = entity_rows(loaded, split.texts, args.batch_size)
     else:
         rows = prediction_rows(loaded, split, args.batch_size)
+    rows = with_ids(rows, inputs.ids)
+    if out is None:
+        for row in rows:
+            sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        return 0
     path = write_jsonl(rows, out)
     record_outputs(path.parent, [path.name], "predict")
     log.info(f"{len(rows):,} predictions written to {path}")
     return 0
 
 
-PREDICTION_KEYS = frozenset({"text", "text_pair", "label", "label_id", "score", "probabilities", "entities"})
+def checked_text_pairs(args: argparse.Namespace, model_name: str) -> list[str] | None:
+    """--text-pair, one per --text; a pair model's run without them is told to give them."""
+    from bertforge.errors import BertforgeError
+
+    if args.text_pair is None:
+        if args.text_pair_column is not None:  # the run was trained on pairs
+            raise BertforgeError(f"{model_name} was fine-tuned on text pairs (finetune.text_pair_column "
+                                 f"{args.text_pair_column!r}); give a --text-pair after each --text")
+        return None
+    if len(args.text_pair) != len(args.text):
+        raise BertforgeError(f"{len(args.text)} --text but {len(args.text_pair)} --text-pair; give one --text-pair "
+                             "per --text, in the same order")
+    return args.text_pair
+
+
+PREDICTION_KEYS = frozenset({"id", "text", "text_pair", "label", "label_id", "score", "probabilities", "entities"})
 
 
 def is_predictions_file(path: Path) -> bool:
