@@ -1,0 +1,139 @@
+"""Hugging Face BERT (`model_type: bert`): learned positions, GELU MLP, post-norm, biases.
+
+Its quirks: separate query/key/value matrices, which bertforge keeps fused in one (one matmul);
+the MLM decoder's bias stored twice (`cls.predictions.bias` and the decoder's own); a tanh pooler
+on [CLS] that the sequence classifier always uses and a bare `BertModel` may lack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import transformers
+from torch import nn
+
+from bertforge.errors import BertforgeError
+from bertforge.models.config import EncoderConfig
+from bertforge.models.families.family import (
+    OUR_TO_HF_ACTIVATION,
+    KeyPair,
+    ModelFamily,
+    activation_from_hf,
+    fill,
+)
+
+ENCODER: tuple[KeyPair, ...] = (
+    ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
+    ("embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
+    ("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+    ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
+    ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
+)
+LAYER: tuple[KeyPair, ...] = (
+    ("layers.{}.attention.qkv.{kind}", ("encoder.layer.{}.attention.self.query.{kind}",
+                                        "encoder.layer.{}.attention.self.key.{kind}",
+                                        "encoder.layer.{}.attention.self.value.{kind}")),
+    ("layers.{}.attention.output.{kind}", "encoder.layer.{}.attention.output.dense.{kind}"),
+    ("layers.{}.attention_norm.{kind}", "encoder.layer.{}.attention.output.LayerNorm.{kind}"),
+    ("layers.{}.mlp.input.{kind}", "encoder.layer.{}.intermediate.dense.{kind}"),
+    ("layers.{}.mlp.output.{kind}", "encoder.layer.{}.output.dense.{kind}"),
+    ("layers.{}.mlp_norm.{kind}", "encoder.layer.{}.output.LayerNorm.{kind}"),
+)
+POOLER: tuple[KeyPair, ...] = (("pooler.dense.weight", "pooler.dense.weight"),
+                               ("pooler.dense.bias", "pooler.dense.bias"))
+MLM_HEAD: tuple[KeyPair, ...] = (
+    ("mlm_head.transform.dense.weight", "cls.predictions.transform.dense.weight"),
+    ("mlm_head.transform.dense.bias", "cls.predictions.transform.dense.bias"),
+    ("mlm_head.transform.norm.weight", "cls.predictions.transform.LayerNorm.weight"),
+    ("mlm_head.transform.norm.bias", "cls.predictions.transform.LayerNorm.bias"),
+    ("mlm_head.decoder.weight", "cls.predictions.decoder.weight"),
+    ("mlm_head.decoder.bias", "cls.predictions.bias"),
+    ("mlm_head.decoder.bias", "cls.predictions.decoder.bias"),  # the same bias, kept twice by transformers
+)
+HEADS: dict[str, tuple[KeyPair, ...]] = {
+    "BertModel": (),
+    "BertForMaskedLM": MLM_HEAD,
+    "BertForPreTraining": MLM_HEAD + (
+        ("nsp_head.pooler.dense.weight", "bert.pooler.dense.weight"),
+        ("nsp_head.pooler.dense.bias", "bert.pooler.dense.bias"),
+        ("nsp_head.classifier.weight", "cls.seq_relationship.weight"),
+        ("nsp_head.classifier.bias", "cls.seq_relationship.bias")),
+    "BertForSequenceClassification": (
+        ("head.pooler.dense.weight", "bert.pooler.dense.weight"),
+        ("head.pooler.dense.bias", "bert.pooler.dense.bias"),
+        ("head.classifier.weight", "classifier.weight"),
+        ("head.classifier.bias", "classifier.bias")),
+    "BertForTokenClassification": (("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias")),
+}
+CLASSES = {"BertModel": "base", "BertForMaskedLM": "pretraining", "BertForPreTraining": "pretraining",
+           "BertForSequenceClassification": "classification", "BertForTokenClassification": "token_classification"}
+
+
+def unfit_reason(config: EncoderConfig) -> str:
+    if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
+        return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
+                "BERT's learned/gelu/post/bias")
+    if config.local_attention_window is not None:
+        return "HF BERT has no local (sliding-window) attention"
+    if config.type_vocab_size < 1:
+        return "HF BERT needs token-type embeddings (type_vocab_size >= 1)"
+    return ""
+
+
+def class_for(kind: str, model: Any) -> tuple[str | None, str]:
+    if kind == "base":
+        return "BertModel", ""
+    if kind == "pretraining":
+        return ("BertForPreTraining" if model.nsp else "BertForMaskedLM"), ""
+    if kind == "token_classification":
+        return "BertForTokenClassification", ""
+    if model.config.pooling != "pooler":
+        return None, f"HF BertForSequenceClassification always uses the tanh pooler, not pooling={model.config.pooling}"
+    return "BertForSequenceClassification", ""
+
+
+def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
+    position_type = getattr(hf, "position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise BertforgeError(f"{source}: position_embedding_type={position_type!r} is not supported; "
+                             "bertforge imports BERT checkpoints with absolute (learned) positions")
+    return EncoderConfig(
+        vocab_size=hf.vocab_size, hidden_size=hf.hidden_size, num_layers=hf.num_hidden_layers,
+        num_heads=hf.num_attention_heads, intermediate_size=hf.intermediate_size,
+        max_position_embeddings=hf.max_position_embeddings, type_vocab_size=hf.type_vocab_size,
+        hidden_dropout=hf.hidden_dropout_prob, attention_dropout=hf.attention_probs_dropout_prob,
+        classifier_dropout=getattr(hf, "classifier_dropout", None), norm_eps=hf.layer_norm_eps,
+        activation=activation_from_hf(hf.hidden_act, source, "hidden_act"), position="learned", mlp="gelu",
+        norm="post", bias=True, tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
+        pooling="pooler", initializer_range=hf.initializer_range,
+    )
+
+
+def config_to_hf(config: EncoderConfig, common: dict[str, object],
+                 special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+    return transformers.BertConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
+        hidden_act=OUR_TO_HF_ACTIVATION[config.activation], hidden_dropout_prob=config.hidden_dropout,
+        attention_probs_dropout_prob=config.attention_dropout,
+        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
+        layer_norm_eps=config.norm_eps, initializer_range=config.initializer_range,
+        classifier_dropout=config.classifier_dropout, **common)
+
+
+def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
+    pairs = [fill(pair) for pair in ENCODER]
+    pairs += [fill(pair, i, kind) for i in range(config.num_layers) for kind in ("weight", "bias") for pair in LAYER]
+    return pairs + ([fill(pair) for pair in POOLER] if pooler else [])
+
+
+def build_hf_model(cls: type, hf_config: transformers.PretrainedConfig, pooler: bool) -> nn.Module:
+    # a bare BertModel draws a pooler unless told not to; one bertforge's model lacks must not appear
+    return cls(hf_config, add_pooling_layer=pooler) if cls is transformers.BertModel else cls(hf_config)
+
+
+FAMILY = ModelFamily(
+    name="bert", model_type="bert", encoder_prefix="bert.", classes=CLASSES, head_keys=HEADS,
+    unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    encoder_keys=encoder_keys, build_hf_model=build_hf_model,
+)
