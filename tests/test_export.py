@@ -160,6 +160,6 @@ def test_an_earlier_export_is_replaced_only_with_overwrite_and_an_empty_director
     assert export_exit_code(run_dir, empty, "--overwrite") == 0
     assert snapshot(empty) != first  # the final model, not checkpoint 4
     # an earlier export with a user's file added is no longer only an export: kept, even with --overwrite
-    (empty / "README.md").write_text("my notes", encoding="utf-8")
+    (empty / "notes.md").write_text("my notes", encoding="utf-8")  # (README.md is the export's model card)
     assert export_exit_code(run_dir, empty, "--overwrite") == 2
-    assert (empty / "README.md").read_text(encoding="utf-8") == "my notes"
+    assert (empty / "notes.md").read_text(encoding="utf-8") == "my notes"

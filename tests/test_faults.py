@@ -439,7 +439,7 @@ def test_outputs_of_the_wrong_kind_are_one_line_errors_before_any_work(
         "evaluate --out-dir FILE": (["evaluate", str(tiny_classifier), "--data", data, "--out-dir", str(a_file)],
                                     "is a file; give a directory"),
         "tokenizer --out FILE": (["tokenizer", "train", "--input", data, "--vocab-size", "300", "--out", str(a_file)],
-                                 "is a file; give a directory"),
+                                 "is a file, not a directory"),
         "data.path FILE": (["pretrain", str(ROOT / "configs" / "pretrain" / "quickstart.yaml"), f"data.path={a_file}",
                             f"run.output_dir={tmp_path}", "train.max_steps=1"], "is a file, not a prepared dataset"),
     }
