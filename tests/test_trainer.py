@@ -197,6 +197,29 @@ def test_token_and_wall_clock_budgets_stop_the_run(tmp_path: Path) -> None:
     assert lrs[-1] < max(lrs)  # the schedule followed elapsed time down
 
 
+def test_an_on_step_end_hook_ends_the_run_at_its_step_as_a_finished_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "hooked"
+    stopper_steps: list[int] = []
+    observer_steps: list[int] = []
+
+    def stop_at_step_5(trainer: Trainer, state) -> bool:
+        stopper_steps.append(state.step)
+        return state.step == 5
+
+    def observe(trainer: Trainer, state) -> None:  # returns nothing: never stops the run
+        assert trainer.run_dir == run_dir
+        observer_steps.append(state.step)
+
+    result = Trainer(config_for(run_dir), trainer_tasks.SmallWithDropout(config_for(run_dir)),
+                     on_step_end=[stop_at_step_5, observe]).fit()
+    assert result.stopped_by == "hook" and result.exit_code == 0 and result.state.step == 5
+    assert stopper_steps == observer_steps == [1, 2, 3, 4, 5]  # every hook runs, the stopping one's step included
+    assert (run_dir / "checkpoints" / "latest").read_text() == "step-00000005"
+    assert (run_dir / "final" / "model.pt").is_file()
+    assert [r["step"] for r in metrics(run_dir)] == [1, 2, 3, 4, 5]
+    assert [r["step"] for r in metrics(run_dir, "validation")] == [4, 5]  # evaluated at its last step, as a budget end
+
+
 def test_no_budget_is_a_clear_error(tmp_path: Path) -> None:
     config = config_for(tmp_path / "none", "train.max_steps=null")
     with pytest.raises(BertforgeError, match="no training budget"):

@@ -1,7 +1,7 @@
 """The training loop: any `Task`, one config, one CPU / GPU / torchrun job.
 
 Readable top to bottom: set up (process group, seed, model, parallelism, optimizer, resume), then
-`fit` runs optimizer steps until the budget is spent. Each step reads the micro-batches the
+`fit` runs optimizer steps until the budget is spent (or an `on_step_end` hook ends the run). Each step reads the micro-batches the
 loader's `EpochPlan` gives it (`accumulation_steps`, fewer in a fine-tuning epoch's smaller last
 step), counts the task's loss units over the whole global batch first (so an MLM loss is
 averaged over the masked tokens of the global batch, not per micro-batch), synchronises gradients
@@ -14,7 +14,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +56,7 @@ from bertforge.train.task import Batch, StepRunner, Task, TaskData, saves_model_
 class FitResult:
     run_dir: Path
     state: TrainingState
-    stopped_by: str  # budget | early_stopping | signal | nan
+    stopped_by: str  # budget | early_stopping | hook | signal | nan
     stop_signal: int | None = None  # the signal that stopped the run (SIGTERM, SIGINT), when one did
 
     @property
@@ -89,9 +89,19 @@ def finished(result: FitResult) -> FitResult:
     return result
 
 
+StepEndHook = Callable[["Trainer", TrainingState], "bool | None"]
+"""`hook(trainer, state)`, called after every optimizer step, on every rank, outside the span the run's clock
+(`state.elapsed_seconds`) counts: work done in it (an export, a measurement) costs the run no time budget. It returns
+True to end the run after this step as a finished run: the step is logged and evaluated as a last step is, its
+checkpoint and `final/` are written, and `fit` returns `stopped_by="hook"` with exit code 0. A hook reads the state
+and the trainer's public attributes (`raw_model`, `ema`, `task`, `run_dir`); a stop on any rank stops every rank."""
+
+
 class Trainer:
-    def __init__(self, config: Config, task: Task) -> None:
+    def __init__(self, config: Config, task: Task, on_step_end: Iterable[StepEndHook] = ()) -> None:
         self.config, self.task = config, task
+        self.on_step_end = list(on_step_end)
+        self._stopped_by_hook = False
         self.env, self.device = D.init_distributed(config.run.device)
         if not self.env.is_main:
             log.setLevel(max(log.level, logging.WARNING))  # one voice: rank 0 reports progress
@@ -224,7 +234,10 @@ class Trainer:
         log.info(f"global batch ramps from {ramp.start} to {ramp.full} samples over the first {ramp.steps} steps")
 
     def _budget_spent(self, state: TrainingState, total_steps: int | None) -> bool:
+        """Whether the run ends after this step: its budget is spent, or an `on_step_end` hook ended it."""
         train = self.config.train
+        if self._stopped_by_hook:
+            return True
         if total_steps is not None and state.step >= total_steps:
             return True
         if train.max_tokens is not None and state.consumed_tokens >= train.max_tokens:
@@ -356,6 +369,7 @@ class Trainer:
                         break
                 else:
                     window.add(loss, metrics, tokens, shape.samples, time.perf_counter() - started)
+                self._run_step_end_hooks(state)
                 if state.step % config.train.log_every == 0 or self._budget_spent(state, total_steps):
                     stats = window.flush(flops_per_token, self.precision.peak_flops(self.device)) | {
                         "lr": self.optimizer.param_groups[0]["lr"]}
@@ -380,6 +394,8 @@ class Trainer:
             latest = self.checkpoints.latest()
             if latest is None or latest.name != f"step-{state.step:08d}":
                 self.checkpoints.save(self.model, self.optimizer, self.scaler, state)
+        if stopped_by == "budget" and self._stopped_by_hook:
+            stopped_by = "hook"
         if stopped_by == "signal":
             log.warning(f"stopped by a signal; checkpoint saved at step {state.step}. "
                         "Run the same command again to resume (run.resume=auto).")
@@ -396,6 +412,15 @@ class Trainer:
                 f"non-finite loss at step {state.step} (train.nan_policy=stop); lower optim.lr, enable "
                 "optim.clip_grad_norm or use precision fp32/bf16, then resume from the last checkpoint"))
         return FitResult(self.run_dir, state, stopped_by, self._stop_signal if stopped_by == "signal" else None)
+
+    def _run_step_end_hooks(self, state: TrainingState) -> None:
+        """Every `on_step_end` hook, each called (none skipped by another's stop); the ranks agree on a stop."""
+        if not self.on_step_end:
+            return
+        stops = [bool(hook(self, state)) for hook in self.on_step_end]
+        if D.any_rank(any(stops), self.env, self.device):
+            self._stopped_by_hook = True
+            log.info(f"stopped by an on_step_end hook at step {state.step}")
 
     def _train_step(self, batches: Iterator[Batch], micro_batch_count: int, state: TrainingState,
                     total_steps: int | None) -> tuple[float, dict[str, float], int, bool]:
