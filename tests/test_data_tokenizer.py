@@ -101,3 +101,41 @@ def test_a_corpus_with_thousands_of_characters_stays_within_the_vocab_size() -> 
     tokenizer = train_wordpiece(texts, vocab_size=2048, min_frequency=1)
     assert tokenizer.get_vocab_size() <= 2048  # it was 3,072 with the whole alphabet kept
     assert tokenizer.token_to_id("fox") is not None
+
+
+def test_training_twice_on_the_same_input_writes_byte_identical_files(corpus_slice: Path, tmp_path: Path) -> None:
+    # each training runs in a process of its own, with its own hash seeds: HF's trainer numbered the ## forms in
+    # hash-map order, so the vocabulary's order (and at this size its tokens) differed between two runs
+    for run in ("first", "second"):
+        assert main(["-q", "tokenizer", "train", "--input", str(corpus_slice), "--vocab-size", "3000",
+                     "--out", str(tmp_path / run)]) == 0
+    files = sorted(p.name for p in (tmp_path / "first").iterdir())
+    assert "vocab.txt" in files and "tokenizer.json" in files
+    for name in files:
+        assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes(), name
+
+
+def test_the_alphabet_pass_sees_the_characters_the_trainer_sees(corpus_slice: Path) -> None:
+    from collections import Counter
+
+    from bertforge.data.tokenizer import _alphabet_of, build_wordpiece_tokenizer
+
+    texts = corpus_slice.read_text(encoding="utf-8").split("\n\n") + ["İstanbul ΣΊΣΥΦΟΣ café naïve 中文字 ﬁne x\u0301y \x00a\x7fb \u200bz q\u2028r Ⅻ ß",
+                                       "Ǆemal ŉ ﬀ ... a-b (c) d's"]
+    for lowercase in (True, False):
+        tokenizer = build_wordpiece_tokenizer(lowercase)
+        counts: Counter[str] = Counter()
+        continuing: set[str] = set()
+        for text in texts:  # what the trainer does: normalize, pre-tokenize, count the words' characters
+            for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(text)):
+                counts.update(word)
+                continuing.update(word[1:])
+        alphabet, continuations = _alphabet_of(texts, tokenizer, limit=len(counts))
+        assert alphabet == sorted(counts)
+        assert continuations == sorted(continuing)
+        assert _alphabet_of(texts, tokenizer, limit=40)[0] == sorted(sorted(counts, key=lambda c: (-counts[c], c))[:40])
+
+
+def test_a_one_shot_iterator_is_refused_since_the_texts_are_read_twice() -> None:
+    with pytest.raises(TypeError, match="twice"):
+        train_wordpiece(iter(["some text"] * 50), vocab_size=200)

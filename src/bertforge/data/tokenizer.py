@@ -18,8 +18,10 @@ import hashlib
 import json
 import math
 import multiprocessing
+import re
 import signal
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -133,15 +135,28 @@ def build_wordpiece_tokenizer(lowercase: bool) -> Tokenizer:
 
 def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = True, min_frequency: int = 2,
                     show_progress: bool = False) -> Tokenizer:
-    """Train a WordPiece vocabulary of (at most) `vocab_size`, then pad it to a multiple of 64."""
+    """Train a WordPiece vocabulary of (at most) `vocab_size`, then pad it to a multiple of 64.
+
+    `texts` is read twice (a list, or any re-iterable collection; not a one-shot iterator): once here to fix the
+    alphabet, once by the trainer. The same texts give the same vocabulary, in the same order, every run.
+    """
+    if iter(texts) is texts:
+        raise TypeError("train_wordpiece reads its texts twice: give a list or another re-iterable, not an iterator")
     check_requested_vocab_size(vocab_size)
     tokenizer = build_wordpiece_tokenizer(lowercase)
     # the trainer keeps every character it saw, beyond vocab_size if need be: a corpus with thousands of
     # distinct characters (CJK, emoji) gave 3,072 tokens for --vocab-size 2048 and no word of it. The
     # alphabet is capped at half the vocabulary; rarer characters become [UNK], as in BERT's own vocab.
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##",
-                                        limit_alphabet=vocab_size // 2, show_progress=show_progress)
+    alphabet, continuations = _alphabet_of(texts, tokenizer, limit=vocab_size // 2)
+    # HF's trainer numbers each "##c" in the order it meets it in a hash map, which changes every process, and
+    # breaks ties between merges of equal count by those numbers: the vocabulary's order, and at large sizes the
+    # vocabulary itself, differed between two runs on the same input (tokenizers issue #1794). Registering the
+    # alphabet and its ## forms first, in code-point order, fixes every id, so ties break the same way each run.
+    # limit_alphabet=0: the trainer adds no character of its own beyond these.
+    initial = list(SPECIAL_TOKENS) + alphabet + ["##" + character for character in continuations]
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=initial,
+                                        continuing_subword_prefix="##", limit_alphabet=0,
+                                        show_progress=show_progress)
     tokenizer.train_from_iterator(texts, trainer=trainer)
     trained = tokenizer.get_vocab_size()
     if trained <= len(SPECIAL_TOKENS):
@@ -153,14 +168,82 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = 
     target = padded_vocab_size(trained)
     for n in range(target - trained):
         vocab[UNUSED_TOKEN.format(n)] = trained + n
+    # a fresh tokenizer: the trained one holds the alphabet as added special tokens, which would be split out
+    # of the text before normalization; only BERT's five are special
+    tokenizer = build_wordpiece_tokenizer(lowercase)
     tokenizer.model = models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
                                        max_input_chars_per_word=100)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     if target != trained:
         log.info(f"vocabulary: {trained:,} trained tokens, padded with {target - trained} [unusedN] to {target:,}")
     return tokenizer
+
+
+_UNICODE_SIZE = 0x110000
+_CHUNK_CHARS = 1 << 20
+
+
+def _alphabet_of(texts: Iterable[str], tokenizer: Tokenizer, *, limit: int) -> tuple[list[str], list[str]]:
+    """The characters the trainer would keep (the `limit` most frequent, ties by code point) and those of them
+    that continue a word somewhere (their ## forms), both in code-point order.
+
+    Why it is cheap: BERT's normalizer maps one character at a time and its pre-tokenizer splits on a character
+    alone (whitespace, punctuation) whatever its neighbours. So the raw text's code points are counted (numpy),
+    each distinct character is normalized and classified once, and a chunk of text is searched for characters
+    inside words (one regular expression) only while it holds a character not yet seen there.
+    """
+    normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
+    raw_counts = np.zeros(_UNICODE_SIZE, dtype=np.int64)
+    settled = np.zeros(_UNICODE_SIZE, dtype=bool)  # raw characters with nothing left to learn about
+    normalized_of: dict[str, str] = {}  # raw character -> what the normalizer makes of it
+    continuing: set[str] = set()  # normalized characters seen after the first character of a word
+    split_off: set[str] = set()  # normalized characters never inside a word: whitespace, punctuation
+    for chunk in _chunks_of(texts):
+        present = np.bincount(np.frombuffer(chunk.encode("utf-32-le", "surrogatepass"), dtype="<u4"),
+                              minlength=_UNICODE_SIZE)
+        raw_counts += present
+        unsettled = [chr(code) for code in np.flatnonzero((present > 0) & ~settled)]
+        for raw in unsettled:
+            if raw not in normalized_of:
+                normalized_of[raw] = normalizer.normalize_str(raw)
+                split_off.update(c for c in normalized_of[raw]
+                                 if [word for word, _ in pre_tokenizer.pre_tokenize_str("a" + c)] != ["a" + c])
+        pending = {c for raw in unsettled for c in normalized_of[raw]} - continuing - split_off
+        if pending:
+            normalized = chunk.translate({ord(raw): text for raw, text in normalized_of.items() if raw != text})
+            inside_a_word = f"[^{_class_of(split_off)}]" if split_off else "(?s:.)"
+            continuing.update(re.findall(f"(?<={inside_a_word})[{_class_of(pending)}]", normalized))
+        for raw in unsettled:
+            if continuing.issuperset(set(normalized_of[raw]) - split_off):
+                settled[ord(raw)] = True
+    counts: Counter[str] = Counter()
+    for code in np.flatnonzero(raw_counts):
+        for character in normalized_of[chr(code)]:
+            counts[character] += int(raw_counts[code])
+    in_words = [c for c in counts if c not in split_off or pre_tokenizer.pre_tokenize_str(c)]  # not whitespace
+    kept = sorted(sorted(in_words, key=lambda c: (-counts[c], c))[:limit])
+    return kept, [c for c in kept if c in continuing]
+
+
+def _chunks_of(texts: Iterable[str]) -> Iterator[str]:
+    """The texts joined by newlines (a word boundary) into strings of about `_CHUNK_CHARS` characters."""
+    chunk: list[str] = []
+    size = 0
+    for text in texts:
+        chunk.append(text)
+        size += len(text) + 1
+        if size >= _CHUNK_CHARS:
+            yield "\n".join(chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield "\n".join(chunk)
+
+
+def _class_of(characters: set[str]) -> str:
+    return "".join(re.escape(c) for c in sorted(characters))
 
 
 def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path, *, lowercase: bool, model_max_length: int = 512) -> Path:
@@ -318,14 +401,25 @@ def _in_child_process(sources: list[Source], text_field: str, settings: dict[str
     return value
 
 
+@dataclass
+class _DocumentTexts:
+    """The texts of `sources`, read afresh on each iteration (the tokenizer's training reads them twice)."""
+
+    sources: list[Source]
+    text_field: str
+
+    def __iter__(self) -> Iterator[str]:
+        from bertforge.data.sources import iter_documents
+
+        return (document.text for document in iter_documents(self.sources, text_field=self.text_field))
+
+
 def _train_in_child(sources: list[Source], text_field: str, settings: dict[str, Any], parent_verbosity: int | None,
                     send: Connection) -> None:
-    from bertforge.data.sources import iter_documents
-
     if parent_verbosity is not None:
         setup_logging(parent_verbosity)
     try:
-        texts = (document.text for document in iter_documents(sources, text_field=text_field))
+        texts = _DocumentTexts(sources, text_field)
         outcome: tuple[str, Any] = ("done", train_wordpiece(texts, **settings).to_str())
     except BertforgeError as error:
         outcome = ("error", error)
