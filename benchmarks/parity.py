@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import statistics
 import sys
@@ -40,73 +39,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as `python benchmarks/parity.py`: import from the repository root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 import torch
 import yaml
 
+from benchmarks.common.stats import mean_std, welch_interval
+from benchmarks.common.tasks import SEEDS, TaskData, load_task
 from bertforge.data.sampler import epoch_order
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 LR, WEIGHT_DECAY, WARMUP, BATCH, MAX_LENGTH = 2e-4, 0.01, 0.06, 32, 128
-# The first 40 are the studies' seeds so far (in docs/benchmarks.md); consecutive ones after them.
-SEEDS = (17, 2024, 31337, 7, 123, 99, 4242, 1, 555, 8080, 31, 64, 2718, 3141, 11, 404, 90210, 6, 1234, 77,
-         2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597, 2584, 4181, 6765, 10946, 28657,
-         *range(100_001, 100_161))
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-# ---------------------------------------------------------------------------------------------
-# tasks
-
-
-@dataclass
-class TaskData:
-    name: str
-    task_type: str  # classification | regression
-    train: list[dict[str, Any]]
-    test: list[dict[str, Any]]
-    labels: list[str]  # class names in id order; empty for regression
-    pair: bool
-
-    @property
-    def metric(self) -> str:
-        return "pearson" if self.task_type == "regression" else "accuracy"
-
-
-def evenly_spaced(rows: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
-    """A fixed subset spread over the whole file (the files are sorted by label or source)."""
-    if count >= len(rows):
-        return rows
-    return [rows[i * len(rows) // count] for i in range(count)]
-
-
-def tasks_dir() -> Path:
-    cache = os.environ.get("BERTFORGE_CACHE")
-    return Path(cache) / "tasks" if cache else Path.home() / ".cache" / "bertforge" / "tasks"
-
-
-def load_task(name: str, train_rows: int, test_rows: int) -> TaskData:
-    if name == "supersense":
-        from bertforge.data.bundled import supersense_labels, supersense_lines
-
-        return TaskData(name, "classification", [json.loads(x) for x in supersense_lines("train", train_rows)],
-                        [json.loads(x) for x in supersense_lines("test", test_rows)], supersense_labels(), False)
-    directory = tasks_dir() / name
-    if not (directory / "task.json").is_file():
-        sys.exit(f"error: task {name!r} is not built in {directory}; run "
-                 f"`python scripts/build_parity_tasks.py --tasks {name}` first")
-    description = json.loads((directory / "task.json").read_text())
-
-    def read(split: str, count: int) -> list[dict[str, Any]]:
-        lines = (directory / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
-        return evenly_spaced([json.loads(line) for line in lines], count)
-
-    train = read("train", train_rows)
-    labels = sorted({str(r["label"]) for r in train}) if description["task_type"] == "classification" else []
-    test = [r for r in read("test", test_rows) if description["task_type"] == "regression" or str(r["label"]) in labels]
-    return TaskData(name, description["task_type"], train, test, labels, description.get("text_pair_column") is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,28 +308,6 @@ def padded_positions(lengths: list[int], order: list[int] | None, seed: int) -> 
 # statistics and report
 
 
-def mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{100 * values[0]:.2f}"
-    return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
-
-
-def welch_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its 95% confidence interval (Welch's t), in points (×100)."""
-    from scipy import stats
-
-    difference = statistics.mean(a) - statistics.mean(b)
-    if len(a) < 2 or len(b) < 2:
-        return 100 * difference, math.nan, math.nan
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return 100 * difference, 100 * difference, 100 * difference
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = stats.t.ppf(0.975, df) * se
-    return 100 * difference, 100 * (difference - half), 100 * (difference + half)
-
-
 @dataclass
 class Side:
     results: list[RunResult] = field(default_factory=list)
@@ -398,7 +324,7 @@ class Side:
 
 def comparison_row(label: str, ours: Side, theirs: Side) -> str:
     difference, low, high = welch_interval(ours.metrics, theirs.metrics)
-    return (f"| {label} | {mean_std(ours.metrics)} | {mean_std(theirs.metrics)} | {difference:+.2f} "
+    return (f"| {label} | {mean_std(ours.metrics, 100, 2)} | {mean_std(theirs.metrics, 100, 2)} | {difference:+.2f} "
             f"[{low:+.2f}, {high:+.2f}] | {ours.epoch_seconds:.1f} | {theirs.epoch_seconds:.1f} | "
             f"{theirs.epoch_seconds / ours.epoch_seconds:.2f}× |")
 
@@ -462,7 +388,7 @@ def parity_mode(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tup
             lines.append(comparison_row(name, ours, theirs))
         else:  # one side only: compare with the other side's numbers from another run
             side = ours if ours.results else theirs
-            lines.append(f"| {name} ({'bertforge' if ours.results else 'HF'} only) | {mean_std(side.metrics)} | "
+            lines.append(f"| {name} ({'bertforge' if ours.results else 'HF'} only) | {mean_std(side.metrics, 100, 2)} | "
                          f"per seed: {', '.join(f'{100 * m:.2f}' for m in side.metrics)} | | "
                          f"{side.epoch_seconds:.1f} | | |")
         notes.append(f"- {describe(task, args.epochs)}; token positions per epoch: " + ", ".join(
@@ -506,7 +432,7 @@ def pooled_report(paths: list[Path], tasks: list[str]) -> str:
         ratio = statistics.variance(ours) / statistics.variance(theirs)
         tail = stats.f.sf(ratio, len(ours) - 1, len(theirs) - 1) if ratio > 1 else \
             stats.f.cdf(ratio, len(ours) - 1, len(theirs) - 1)
-        lines.append(f"| {task} | {mean_std(ours)} ({len(ours)}) | {mean_std(theirs)} ({len(theirs)}) | "
+        lines.append(f"| {task} | {mean_std(ours, 100, 2)} ({len(ours)}) | {mean_std(theirs, 100, 2)} ({len(theirs)}) | "
                      f"{difference:+.2f} [{low:+.2f}, {high:+.2f}] | {min(1.0, 2 * tail):.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -51,26 +51,37 @@ import argparse
 import json
 import math
 import os
-import platform
 import resource
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as `python benchmarks/pretrain_vs_hf.py`: import from the repository root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.common.corpora import bundled_documents, document_lines
+from benchmarks.common.hf_arms import hf_training_dataset
+from benchmarks.common.mlm import (
+    DEVICE_DEFAULTS,
+    EVALUATION_SEED,
+    MASK_PROBABILITY,
+    SEQ_LEN,
+    VOCAB_SIZE,
+    WARMUP_FRACTION,
+    line_validation_batches,
+    mlm_accuracy,
+    packed_validation_batches,
+)
+from benchmarks.common.reports import machine_description, quiet_progress_bars, run_in_child, write_atomically
+from benchmarks.common.tasks import DOWNSTREAM_ROWS, DOWNSTREAM_SEEDS
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-SEQ_LEN = 128
-VOCAB_SIZE = 8192
-MASK_PROBABILITY = 0.15
-WARMUP_FRACTION = 0.06
-EVAL_BATCH = 64
-EVALUATION_SEED = 42  # the validation masks: the same for every arm and every training seed
 ARMS = ("hf-padded", "hf-group-texts", "hf-lines", "bertforge", "bertforge-matched", "bertforge-lines")
 HF_ARMS = ("hf-padded", "hf-group-texts", "hf-lines")
 ARM_TITLES = {"hf-padded": "HF (a) padded", "hf-group-texts": "HF (b) group_texts",
@@ -81,10 +92,6 @@ ARM_FEEDS = {"hf-padded": "each line padded to 128", "hf-group-texts": "128-toke
              "bertforge": "sentence-packed samples, unpadded",
              "bertforge-matched": "the same, fewer samples per step",
              "bertforge-lines": "each line one sample, unpadded"}
-DEVICE_DEFAULTS = {  # model, global batch, real tokens per arm, peak learning rate
-    "cpu": {"model": "bert-mini", "batch_size": 32, "tokens": 350_000, "lr": 1e-3},
-    "cuda": {"model": "bert-base", "batch_size": 256, "tokens": 10_000_000, "lr": 2e-4},
-}
 TIMING_DEFAULTS = {"warmup_steps": 5, "steps": 20}
 QUICK = {"model": "bert-tiny", "batch_size": 8, "tokens": 8_000, "warmup_steps": 2, "steps": 5}
 
@@ -142,27 +149,6 @@ def prepare_inputs(work: Path) -> tuple[Path, Path, dict[str, Any], Path, dict[s
                                               PrepareSettings(seq_len=SEQ_LEN, split=(980.0, 20.0), line_by_line=True),
                                               workers=2, progress=False)
     return tokenizer_dir, data_dir, manifest, lines_dir, lines_manifest
-
-
-def quiet_progress_bars() -> None:
-    """`datasets.map` and weight loading draw progress bars; the arms' own logs are enough."""
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.utils.logging.disable_progress_bar()
-
-
-def corpus_documents() -> list[str]:
-    """The bundled corpus' documents in order, read as `bertforge prepare` reads them."""
-    from bertforge.data.bundled import corpus_path
-    from bertforge.data.sources import iter_documents, resolve_inputs
-
-    return [document.text for document in iter_documents(resolve_inputs([str(corpus_path())]))]
-
-
-def document_lines(documents: list[str]) -> list[str]:
-    return [line for document in documents for line in document.split("\n") if line.strip()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,33 +228,6 @@ def run_bertforge(spec: ArmSpec) -> ArmResult:
     return ArmResult(spec.arm, str(result.run_dir / "final"), task.step_begins, tokens, statistics.fmean(tokens),
                      task.peak_bytes, train_seconds, extra={"own_validation": own_validation[-1] if own_validation
                                                             else None})
-
-
-def hf_training_dataset(arm: str, documents: list[str], tokenizer: Any) -> Any:
-    """The training set as each reference example builds it."""
-    from itertools import chain
-
-    from datasets import Dataset
-
-    if arm in ("hf-padded", "hf-lines"):
-        # Union/Flyte, Mosaic: one line = one sample, padded to max_length. run_mlm.py --line_by_line
-        # without --pad_to_max_length: the same samples, which its collator pads to the batch's longest.
-        padding = "max_length" if arm == "hf-padded" else False
-        lines = Dataset.from_dict({"text": document_lines(documents)})
-        return lines.map(lambda rows: tokenizer(rows["text"], padding=padding, truncation=True,
-                                                max_length=SEQ_LEN), batched=True, remove_columns=["text"])
-
-    def group_texts(examples: dict[str, list[Any]]) -> dict[str, list[Any]]:  # run_mlm.py's, verbatim
-        concatenated_examples = {k: list(chain(*examples[k])) for k in examples.keys()}
-        total_length = len(concatenated_examples[list(examples.keys())[0]])
-        total_length = (total_length // SEQ_LEN) * SEQ_LEN
-        return {k: [t[i: i + SEQ_LEN] for i in range(0, total_length, SEQ_LEN)]
-                for k, t in concatenated_examples.items()}
-
-    texts = Dataset.from_dict({"text": documents})
-    tokenized = texts.map(lambda rows: tokenizer(rows["text"], return_special_tokens_mask=True), batched=True,
-                          remove_columns=["text"])
-    return tokenized.map(group_texts, batched=True)
 
 
 def save_hf_datasets(work: Path, tokenizer_dir: Path, documents: list[str]) -> dict[str, dict[str, Any]]:
@@ -392,50 +351,6 @@ def run_arm(spec_path: Path) -> None:
 # evaluation: the same code and the same fixed masks for all the models
 
 
-def packed_validation_batches(data_dir: Path, seed: int) -> list[dict[str, Any]]:
-    """bertforge's validation split as padded HF batches with fixed masks (labels -100 elsewhere)."""
-    from bertforge.data.masking import MaskingSettings
-    from bertforge.data.pretraining_loader import build_eval_loader
-    from bertforge.data.shards import PretokenizedDataset
-
-    validation = PretokenizedDataset(data_dir, "validation")
-    loader = build_eval_loader(validation, micro_batch_size=EVAL_BATCH, layout="padded",
-                               masking=MaskingSettings(mask_prob=MASK_PROBABILITY, seed=seed))
-    return list(loader)
-
-
-def line_validation_batches(tokenizer_dir: Path, lines: list[str], seed: int) -> list[dict[str, Any]]:
-    """The validation documents' single lines, masked once by HF's collator under a fixed seed."""
-    import torch
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_PROBABILITY)
-    encoded = tokenizer(lines, truncation=True, max_length=SEQ_LEN)
-    rows = [{key: encoded[key][i] for key in encoded} for i in range(len(lines))]
-    torch.manual_seed(seed)
-    return [collator(rows[start:start + EVAL_BATCH]) for start in range(0, len(rows), EVAL_BATCH)]
-
-
-def mlm_accuracy(model_dir: str, batches: list[dict[str, Any]], device: str) -> dict[str, float]:
-    import torch
-    from transformers import BertForMaskedLM
-
-    model = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").to(device).eval()
-    correct = masked = 0
-    loss_sum = 0.0
-    with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
-        for batch in batches:
-            inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
-            labels = batch["labels"].to(device)
-            logits = model(**inputs).logits.float()
-            chosen = labels != -100
-            correct += int((logits[chosen].argmax(-1) == labels[chosen]).sum())
-            masked += int(chosen.sum())
-            loss_sum += float(torch.nn.functional.cross_entropy(logits[chosen], labels[chosen], reduction="sum"))
-    return {"accuracy": correct / max(masked, 1), "loss": loss_sum / max(masked, 1), "masked_tokens": masked}
-
-
 # ---------------------------------------------------------------------------------------------
 # the report
 
@@ -451,23 +366,6 @@ def steady_state(result: dict[str, Any], warmup_steps: int) -> dict[str, float]:
     return {"timed_steps": len(intervals), "tokens_per_s": sum(timed_tokens) / sum(intervals),
             "step_s": statistics.median(intervals), "real_tokens_per_step": statistics.fmean(timed_tokens),
             "steps": len(begins), "tokens_seen": sum(tokens)}
-
-
-def machine_description(device: str) -> dict[str, Any]:
-    import torch
-    import transformers
-
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(),
-            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-            "load_average_start": os.getloadavg()[0]}
 
 
 def report_header(report: dict[str, Any], title: str) -> list[str]:
@@ -592,10 +490,6 @@ def render_seed_study(report: dict[str, Any], arm_names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-DOWNSTREAM_SEEDS = (17, 2024, 31337, 7, 123, 99, 4242, 1)
-DOWNSTREAM_ROWS = {"train": 8000, "test": 2000}  # evenly spaced over the bundled splits, as the quickstart's
-
-
 def fine_tune_accuracy(model_dir: str, name: str, seed: int, work: Path, threads: int) -> float:
     """Test accuracy of `model_dir` fine-tuned on WordNet supersense: the quickstart's fine-tuning recipe, one code
     path for every arm (a fresh pooler and classifier on each: neither MLM model has a pooler)."""
@@ -653,13 +547,6 @@ def render_downstream(report: dict[str, Any], arm_names: list[str]) -> str:
                      f"{100 * (statistics.fmean(first) - statistics.fmean(second)):+.2f} points "
                      f"(Welch t = {test.statistic:.2f}, p = {test.pvalue:.2f})")
     return "\n".join(lines) + "\n"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,16 +621,6 @@ def train_arm(arm: str, seed: int, spec_values: dict[str, Any], work: Path) -> d
     return json.loads(result_path.read_text(encoding="utf-8"))
 
 
-def run_in_child(script: Path, spec_path: Path, what: str) -> None:
-    """`script --run-arm spec_path` in a fresh process (its own peak RSS and threads); exit if it fails.
-
-    The child's stdout (HF's log lines) goes to our stderr: stdout carries only the table."""
-    child = subprocess.run([sys.executable, str(script.resolve()), "--run-arm", str(spec_path)], stdout=sys.stderr)
-    if child.returncode != 0:
-        raise SystemExit(f"{what} failed with exit code {child.returncode} (its output is above); its spec is "
-                         f"{spec_path}")
-
-
 def main() -> None:
     arguments = parse_arguments()
     if arguments.run_arm is not None:
@@ -756,7 +633,7 @@ def main() -> None:
     command = shlex.join(["python", *sys.argv])
     machine = machine_description(arguments.device)
     tokenizer_dir, data_dir, manifest, lines_dir, lines_manifest = prepare_inputs(work)
-    documents = corpus_documents()
+    documents = bundled_documents()
     train_documents = manifest["splits"]["train"]["documents"]
     validation_documents = manifest["splits"]["validation"]["documents"]
     validation_lines = document_lines(documents[train_documents:train_documents + validation_documents])

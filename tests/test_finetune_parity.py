@@ -12,20 +12,17 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.scripts import load_repo_script
 
 from bertforge.data.bundled import supersense_labels, supersense_lines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_parity_benchmark():  # type: ignore[no-untyped-def]
-    return load_repo_script("benchmarks/parity.py", "parity_benchmark")
-
-
 @pytest.fixture(scope="module")
 def parity():  # type: ignore[no-untyped-def]
-    return load_parity_benchmark()
+    from benchmarks import parity as benchmark
+
+    return benchmark
 
 
 def small_task(parity, train_rows: int, test_rows: int):  # type: ignore[no-untyped-def]

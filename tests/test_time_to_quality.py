@@ -1,5 +1,5 @@
-"""benchmarks/time_to_quality.py's parts that decide its numbers without a long run: the time-to-reach
-interpolation and its target, the resumable result store, the dev split and rule that choose each model's
+"""benchmarks/time_to_quality.py's parts (`benchmarks.ttq`, `benchmarks.common`) that decide its numbers without
+a long run: the time-to-reach interpolation and its target, the resumable result store, the dev split and rule that choose each model's
 fine-tuning settings, the reuse of a finished fine-tune, the recipe check of arm (d) and the budgets its
 step-keyed switches get, and the budget clock that stops Hugging Face's `Trainer` (a real one, on a 2-layer
 BertForMaskedLM)."""
@@ -13,9 +13,31 @@ from typing import Any
 
 import pytest
 import torch
-from helpers.scripts import load_repo_script
 
-ttq = load_repo_script("benchmarks/time_to_quality.py", "time_to_quality_benchmark")
+from benchmarks.common.corpora import corpus_documents, write_mixed_corpus
+from benchmarks.common.hf_arms import MIN_TIMED_STEPS, BudgetClock, StepTiming
+from benchmarks.common.tasks import TaskData
+from benchmarks.ttq.downstream import (
+    FineTuning,
+    best_setting,
+    code_fingerprint,
+    dev_split,
+    fine_tuning_grid,
+    finished_fine_tune,
+)
+from benchmarks.ttq.inputs import check_recipe
+from benchmarks.ttq.planning import (
+    StepCost,
+    calibration_overrides,
+    cheapest_calibration_overrides,
+    cheapest_step,
+    step_cost,
+    step_tokens,
+    steps_filling,
+)
+from benchmarks.ttq.report import cells_of, reach_times, time_to_reach
+from benchmarks.ttq.settings import CODE_FILE, DEFAULT_RECIPE, RunSpec, bertforge_config
+from benchmarks.ttq.store import ResultStore, RunKey
 
 
 def run_result(arm: str, budget: float, curve: list[tuple[float, float]], seed: int = 42) -> dict[str, Any]:
@@ -25,13 +47,13 @@ def run_result(arm: str, budget: float, curve: list[tuple[float, float]], seed: 
 
 def test_time_to_reach_interpolates_between_the_exports_around_the_first_crossing() -> None:
     curve = [(1.0, 0.10), (2.0, 0.30), (4.0, 0.50), (5.0, 0.20), (6.0, 0.60)]
-    assert ttq.time_to_reach(curve, 0.40) == pytest.approx(3.0)
-    assert ttq.time_to_reach(curve, 0.50) == pytest.approx(4.0)
+    assert time_to_reach(curve, 0.40) == pytest.approx(3.0)
+    assert time_to_reach(curve, 0.50) == pytest.approx(4.0)
 
 
 def test_time_to_reach_is_none_when_never_reached_and_the_first_export_when_reached_there() -> None:
-    assert ttq.time_to_reach([(1.0, 0.1), (2.0, 0.2)], 0.5) is None
-    assert ttq.time_to_reach([(1.5, 0.6), (3.0, 0.7)], 0.5) == 1.5
+    assert time_to_reach([(1.0, 0.1), (2.0, 0.2)], 0.5) is None
+    assert time_to_reach([(1.5, 0.6), (3.0, 0.7)], 0.5) == 1.5
 
 
 def test_the_target_is_b_at_its_largest_budget_and_each_arm_reaches_it_in_its_earliest_run() -> None:
@@ -43,7 +65,7 @@ def test_the_target_is_b_at_its_largest_budget_and_each_arm_reaches_it_in_its_ea
         run_result("d", 40.0, [(10.0, 0.30), (20.0, 0.50)]),
         run_result("a", 40.0, [(20.0, 0.10), (40.0, 0.20)]),
     ]
-    target, times = ttq.reach_times(ttq.cells_of(results))
+    target, times = reach_times(cells_of(results))
     assert target == pytest.approx(0.40)
     assert times["d"] == (pytest.approx(7.5), 10.0)
     assert times["b"] == (pytest.approx(40.0), 40.0)
@@ -51,8 +73,8 @@ def test_the_target_is_b_at_its_largest_budget_and_each_arm_reaches_it_in_its_ea
 
 
 def test_curves_are_averaged_over_seeds_point_by_point() -> None:
-    cells = ttq.cells_of([run_result("c", 10.0, [(2.0, 0.2), (10.0, 0.4)], seed=1),
-                          run_result("c", 10.0, [(2.2, 0.3), (10.0, 0.6)], seed=2)])
+    cells = cells_of([run_result("c", 10.0, [(2.0, 0.2), (10.0, 0.4)], seed=1),
+                      run_result("c", 10.0, [(2.2, 0.3), (10.0, 0.6)], seed=2)])
     assert cells["c", 10.0].mean_curve() == [(pytest.approx(2.1), pytest.approx(0.25)),
                                              (pytest.approx(10.0), pytest.approx(0.5))]
 
@@ -60,8 +82,8 @@ def test_curves_are_averaged_over_seeds_point_by_point() -> None:
 def test_the_dev_split_holds_out_every_tenth_training_row_and_leaves_the_test_rows_unseen() -> None:
     train = [{"text": f"row {i}", "label": str(i % 3)} for i in range(25)]
     test = [{"text": "a test row", "label": "0"}]
-    task = ttq.parity.TaskData("supersense", "classification", train, test, ["0", "1", "2"], False)
-    dev = ttq.dev_split(task)
+    task = TaskData("supersense", "classification", train, test, ["0", "1", "2"], False)
+    dev = dev_split(task)
     assert dev.name == "supersense-dev" and dev.labels == task.labels
     assert [row["text"] for row in dev.test] == ["row 9", "row 19"]
     assert sorted(dev.train + dev.test, key=lambda row: int(row["text"].split()[1])) == train
@@ -69,22 +91,22 @@ def test_the_dev_split_holds_out_every_tenth_training_row_and_leaves_the_test_ro
 
 
 def test_the_best_dev_accuracy_chooses_the_setting_and_a_tie_goes_to_the_gentler_one() -> None:
-    own, off = ttq.FineTuning(5e-4), ttq.FineTuning(5e-4, 0.0)
-    assert ttq.best_setting({ttq.FineTuning(1e-3): 0.40, own: 0.50, off: 0.52, ttq.FineTuning(3e-4): 0.51}) == off
+    own, off = FineTuning(5e-4), FineTuning(5e-4, 0.0)
+    assert best_setting({FineTuning(1e-3): 0.40, own: 0.50, off: 0.52, FineTuning(3e-4): 0.51}) == off
     # equal scores: the lower lr, then the model's own dropout before a rate
-    assert ttq.best_setting({ttq.FineTuning(1e-3): 0.52, own: 0.40, ttq.FineTuning(3e-4, 0.0): 0.52}) == \
-        ttq.FineTuning(3e-4, 0.0)
-    assert ttq.best_setting({off: 0.52, own: 0.52, ttq.FineTuning(5e-4, 0.1): 0.52}) == own
-    assert ttq.best_setting({off: 0.52, ttq.FineTuning(5e-4, 0.1): 0.52}) == ttq.FineTuning(5e-4, 0.1)
+    assert best_setting({FineTuning(1e-3): 0.52, own: 0.40, FineTuning(3e-4, 0.0): 0.52}) == \
+        FineTuning(3e-4, 0.0)
+    assert best_setting({off: 0.52, own: 0.52, FineTuning(5e-4, 0.1): 0.52}) == own
+    assert best_setting({off: 0.52, FineTuning(5e-4, 0.1): 0.52}) == FineTuning(5e-4, 0.1)
 
 
 def test_a_fine_tuning_setting_overrides_the_lr_and_every_dropout_or_keeps_the_models_own() -> None:
-    assert ttq.FineTuning(5e-4).overrides == ("optim.lr=0.0005",)
-    assert ttq.FineTuning(5e-4, 0.0).overrides == ("optim.lr=0.0005", "model.hidden_dropout=0.0",
-                                                   "model.attention_dropout=0.0", "model.classifier_dropout=0.0")
-    assert ttq.FineTuning(5e-4).slug == "lr0.0005" and ttq.FineTuning(5e-4, 0.0).slug == "lr0.0005-dropout0"
-    assert [str(setting) for setting in ttq.fine_tuning_grid([1e-3, 3e-4], [None, 0.0])] == [
-        "lr 0.001, dropout the model's", "lr 0.001, dropout 0", "lr 0.0003, dropout the model's", "lr 0.0003, dropout 0"]
+    assert FineTuning(5e-4).overrides == ("optim.lr=0.0005",)
+    assert FineTuning(5e-4, 0.0).overrides == ("optim.lr=0.0005", "model.hidden_dropout=0.0",
+                                               "model.attention_dropout=0.0", "model.classifier_dropout=0.0")
+    assert FineTuning(5e-4).slug == "lr0.0005" and FineTuning(5e-4, 0.0).slug == "lr0.0005-dropout0"
+    assert [str(setting) for setting in fine_tuning_grid([1e-3, 3e-4], [None, 0.0])] == [
+    "lr 0.001, dropout the model's", "lr 0.001, dropout 0", "lr 0.0003, dropout the model's", "lr 0.0003, dropout 0"]
 
 
 def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_code_after_the_models_last_write(
@@ -96,19 +118,19 @@ def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_code_after
     (model_dir / "model.safetensors").write_bytes(b"weights")
     config = load_config(None, ["optim.lr=0.0005"], base=finetune_defaults())
     (run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-    assert not ttq.finished_fine_tune(run_dir, config, model_dir)  # no test results: it did not finish
+    assert not finished_fine_tune(run_dir, config, model_dir)  # no test results: it did not finish
     results = run_dir / "test_results.json"
     results.write_text("{}")
     os.utime(model_dir / "model.safetensors", (time.time() - 60, time.time() - 60))
-    assert not ttq.finished_fine_tune(run_dir, config, model_dir)  # run by unknown code
-    (run_dir / ttq.CODE_FILE).write_text("0" * 64)
-    assert not ttq.finished_fine_tune(run_dir, config, model_dir)  # run by other code
-    (run_dir / ttq.CODE_FILE).write_text(ttq.code_fingerprint())
-    assert ttq.finished_fine_tune(run_dir, config, model_dir)
+    assert not finished_fine_tune(run_dir, config, model_dir)  # run by unknown code
+    (run_dir / CODE_FILE).write_text("0" * 64)
+    assert not finished_fine_tune(run_dir, config, model_dir)  # run by other code
+    (run_dir / CODE_FILE).write_text(code_fingerprint())
+    assert finished_fine_tune(run_dir, config, model_dir)
     other = load_config(None, ["optim.lr=0.0003"], base=finetune_defaults())
-    assert not ttq.finished_fine_tune(run_dir, other, model_dir)
+    assert not finished_fine_tune(run_dir, other, model_dir)
     os.utime(model_dir / "model.safetensors", (time.time() + 60, time.time() + 60))  # the model was written again
-    assert not ttq.finished_fine_tune(run_dir, config, model_dir)
+    assert not finished_fine_tune(run_dir, config, model_dir)
 
 
 def test_the_mixed_corpus_takes_every_kth_large_document_and_spreads_both_parts_through_the_file(
@@ -119,8 +141,8 @@ def test_the_mixed_corpus_takes_every_kth_large_document_and_spreads_both_parts_
     large.write_text("".join(f"{d}\n\n" for d in large_documents), encoding="utf-8")
     small.write_text("".join(f"{d}\n\n" for d in small_documents), encoding="utf-8")
     out = tmp_path / "mixed" / "corpus.txt"
-    taken = ttq.write_mixed_corpus(large, small, 0.5, out)  # half of the text from large: every 2nd document
-    documents = ttq.corpus_documents(out)
+    taken = write_mixed_corpus(large, small, 0.5, out)  # half of the text from large: every 2nd document
+    documents = corpus_documents(out)
     assert taken == {"large": 30, "small": 10} and len(documents) == 40
     assert [d for d in documents if d.startswith("large")] == large_documents[::2]
     assert [d for d in documents if d.startswith("small")] == small_documents
@@ -128,15 +150,15 @@ def test_the_mixed_corpus_takes_every_kth_large_document_and_spreads_both_parts_
     for quarter in range(4):
         part = documents[quarter * 10:(quarter + 1) * 10]
         assert sum(d.startswith("small") for d in part) in (2, 3)
-    assert ttq.write_mixed_corpus(large, small, 0.75, tmp_path / "three-quarters.txt")["large"] == 60
+    assert write_mixed_corpus(large, small, 0.75, tmp_path / "three-quarters.txt")["large"] == 60
     assert not list(out.parent.glob(".*"))  # written atomically, no temporary left
-    ttq.write_mixed_corpus(large, small, 0.5, tmp_path / "again.txt")
+    write_mixed_corpus(large, small, 0.5, tmp_path / "again.txt")
     assert (tmp_path / "again.txt").read_bytes() == out.read_bytes()
 
 
 def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_settings(tmp_path: Path) -> None:
-    store = ttq.ResultStore(tmp_path / "results")
-    keys = [ttq.RunKey("c", 10.0, 42), ttq.RunKey("d", 10.0, 42), ttq.RunKey("c", 0.5, 7)]
+    store = ResultStore(tmp_path / "results")
+    keys = [RunKey("c", 10.0, 42), RunKey("d", 10.0, 42), RunKey("c", 0.5, 7)]
     settings = {"c": {"model": "bert-mini"}, "d": {"model": "bert-mini", "recipe_sha256": "abc"}}
     assert store.pending(keys, settings.__getitem__) == keys
     store.save(keys[0], run_result("c", 10.0, [(10.0, 0.3)]) | {"settings": settings["c"]})
@@ -151,19 +173,19 @@ def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_setti
 
 def test_arm_d_refuses_a_missing_recipe_and_one_that_changes_the_model_shape(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="does not exist yet"):
-        ttq.check_recipe(tmp_path / "budget-cpu.yaml", "bert-mini")
+        check_recipe(tmp_path / "budget-cpu.yaml", "bert-mini")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("model:\n  hidden_dropout: 0.0\nschedule:\n  name: one_cycle\n", encoding="utf-8")
-    ttq.check_recipe(recipe, "bert-mini")  # dropout and schedule are the recipe's to choose
+    check_recipe(recipe, "bert-mini")  # dropout and schedule are the recipe's to choose
     recipe.write_text("model:\n  preset: bert-small\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="--model bert-small"):
-        ttq.check_recipe(recipe, "bert-mini")
+        check_recipe(recipe, "bert-mini")
     recipe.write_text("model:\n  num_layers: 2\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="model.num_layers"):
-        ttq.check_recipe(recipe, "bert-mini")
+        check_recipe(recipe, "bert-mini")
     recipe.write_text("data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n", encoding="utf-8")
-    ttq.check_recipe(recipe, "bert-mini")  # step-keyed: arm d gives it train.max_steps as well
-    ttq.check_recipe(ttq.DEFAULT_RECIPE, "bert-mini")  # the shipped recipe is one arm d can train
+    check_recipe(recipe, "bert-mini")  # step-keyed: arm d gives it train.max_steps as well
+    check_recipe(DEFAULT_RECIPE, "bert-mini")  # the shipped recipe is one arm d can train
 
 
 STEP_KEYED_RECIPE = """\
@@ -183,9 +205,9 @@ train:
 def arm_d_spec(tmp_path: Path, recipe_text: str) -> Any:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(recipe_text, encoding="utf-8")
-    return ttq.RunSpec(arm="d", budget_minutes=10.0, seed=42, model="bert-mini", threads=1, out_dir=str(tmp_path / "out"),
-                       tokenizer_dir=str(tmp_path / "tokenizer"), data_dir=str(tmp_path / "data"), recipe=str(recipe),
-                       calibration=(20.0, 5))
+    return RunSpec(arm="d", budget_minutes=10.0, seed=42, model="bert-mini", threads=1, out_dir=str(tmp_path / "out"),
+                   tokenizer_dir=str(tmp_path / "tokenizer"), data_dir=str(tmp_path / "data"), recipe=str(recipe),
+                   calibration=(20.0, 5))
 
 
 @pytest.mark.parametrize(("recipe_text", "switches"), [
@@ -196,21 +218,21 @@ def arm_d_spec(tmp_path: Path, recipe_text: str) -> Any:
 ], ids=["all-three", "sequence-length-phases", "batch-ramp", "time-keyed-only"])
 def test_step_keyed_switches_are_the_mask_schedule_the_sequence_length_phases_and_the_batch_ramp(
         tmp_path: Path, recipe_text: str, switches: list[str]) -> None:
-    assert ttq.bertforge_config(arm_d_spec(tmp_path, recipe_text)).step_keyed_switches() == switches
+    assert bertforge_config(arm_d_spec(tmp_path, recipe_text)).step_keyed_switches() == switches
 
 
 def test_arm_d_with_step_keyed_switches_trains_for_planned_steps_with_the_time_budget_as_a_hard_stop(
         tmp_path: Path) -> None:
     spec = arm_d_spec(tmp_path, STEP_KEYED_RECIPE)
-    time_only = ttq.bertforge_config(spec)
+    time_only = bertforge_config(spec)
     assert (time_only.train.max_steps, time_only.train.max_time_minutes) == (None, 10.0)
 
-    both = ttq.bertforge_config(spec, max_steps=1234)
+    both = bertforge_config(spec, max_steps=1234)
     assert (both.train.max_steps, both.train.max_time_minutes) == (1234, 10.0)
     assert (both.data.mask_schedule, both.data.mask_prob_start, both.train.batch_ramp_start) == ("linear", 0.3, 8)
 
     # the calibration times the recipe's most expensive step: full batch and length, the higher mask rate
-    calibration = ttq.bertforge_config(spec, max_steps=1_000_000, overrides=ttq.calibration_overrides(time_only))
+    calibration = bertforge_config(spec, max_steps=1_000_000, overrides=calibration_overrides(time_only))
     assert calibration.step_keyed_switches() == []
     assert (calibration.data.mask_prob, calibration.train.global_batch_size, calibration.data.seq_len) == (0.3, 32, 128)
     assert (calibration.train.max_steps, calibration.train.max_time_minutes) == (1_000_000, None)
@@ -218,37 +240,37 @@ def test_arm_d_with_step_keyed_switches_trains_for_planned_steps_with_the_time_b
 
 
 def test_the_cheapest_calibration_runs_the_first_ramp_step_at_the_shortest_phase_length(tmp_path: Path) -> None:
-    time_only = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE))
-    assert ttq.cheapest_step(time_only) == (8, 64)
-    cheapest = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE), max_steps=1_000_000,
-                                    overrides=ttq.cheapest_calibration_overrides(time_only))
+    time_only = bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE))
+    assert cheapest_step(time_only) == (8, 64)
+    cheapest = bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE), max_steps=1_000_000,
+                                    overrides=cheapest_calibration_overrides(time_only))
     assert (cheapest.train.global_batch_size, cheapest.train.batch_ramp_start, cheapest.data.mask_prob) == (8, None, 0.3)
     assert [(phase.seq_len, phase.until) for phase in cheapest.data.seq_len_schedule] == [(64, 0.999999)]
-    mask_only = ttq.bertforge_config(arm_d_spec(tmp_path, "data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n"))
-    assert ttq.cheapest_step(mask_only) == (32, 128)  # the mask rate changes no shape: one calibration is enough
+    mask_only = bertforge_config(arm_d_spec(tmp_path, "data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n"))
+    assert cheapest_step(mask_only) == (32, 128)  # the mask rate changes no shape: one calibration is enough
 
 
 def test_step_tokens_follow_the_batch_ramp_and_the_sequence_length_phases(tmp_path: Path) -> None:
-    config = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE), max_steps=10)
+    config = bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE), max_steps=10)
     # the ramp grows 8 -> 32 over ceil(0.6 * 10) = 6 steps in multiples of the micro-batch (8); 64 tokens until
     # half the steps
     samples = [8, 8, 16, 16, 24, 24, 32, 32, 32, 32]
     lengths = [64] * 5 + [128] * 5
-    assert ttq.step_tokens(config, 10).tolist() == [s * n for s, n in zip(samples, lengths, strict=True)]
+    assert step_tokens(config, 10).tolist() == [s * n for s, n in zip(samples, lengths, strict=True)]
 
 
 def test_the_planned_steps_are_the_most_whose_modelled_seconds_fit_the_budget(tmp_path: Path) -> None:
-    config = ttq.bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE))
-    cost = ttq.StepCost(cheap_tokens=8 * 64, cheap_seconds=0.05, full_tokens=32 * 128, full_seconds=0.5)
+    config = bertforge_config(arm_d_spec(tmp_path, STEP_KEYED_RECIPE))
+    cost = StepCost(cheap_tokens=8 * 64, cheap_seconds=0.05, full_tokens=32 * 128, full_seconds=0.5)
     budget = 600.0
-    planned = ttq.steps_filling(budget, cost, config)
-    assert cost.seconds(ttq.step_tokens(config, planned)).sum() <= budget
-    assert cost.seconds(ttq.step_tokens(config, planned + 1)).sum() > budget
+    planned = steps_filling(budget, cost, config)
+    assert cost.seconds(step_tokens(config, planned)).sum() <= budget
+    assert cost.seconds(step_tokens(config, planned + 1)).sum() > budget
     # the old plan, every step at the dearest shape, leaves a third of this budget unused
     assert planned > 1.4 * budget / cost.full_seconds
-    same_shape = ttq.StepCost(32 * 128, 0.5, 32 * 128, 0.5)
-    mask_only = ttq.bertforge_config(arm_d_spec(tmp_path, "data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n"))
-    assert ttq.steps_filling(budget, same_shape, mask_only) == 1200
+    same_shape = StepCost(32 * 128, 0.5, 32 * 128, 0.5)
+    mask_only = bertforge_config(arm_d_spec(tmp_path, "data:\n  mask_schedule: linear\n  mask_prob_start: 0.3\n"))
+    assert steps_filling(budget, same_shape, mask_only) == 1200
 
 
 def test_both_calibrations_train_the_recipe_on_real_data_and_leave_nothing_behind(
@@ -260,10 +282,10 @@ def test_both_calibrations_train_the_recipe_on_real_data_and_leave_nothing_behin
                              workers=0, progress=False)
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(STEP_KEYED_RECIPE.replace("{seq_len: 64", "{seq_len: 32"), encoding="utf-8")
-    spec = ttq.RunSpec(arm="d", budget_minutes=1.0, seed=42, model="bert-tiny", threads=1,
-                       out_dir=str(tmp_path / "out"), tokenizer_dir=str(tokenizer_dir), data_dir=str(mlm_data),
-                       recipe=str(recipe), calibration=(0.5, 2))
-    cost = ttq.step_cost(spec, ttq.bertforge_config(spec))
+    spec = RunSpec(arm="d", budget_minutes=1.0, seed=42, model="bert-tiny", threads=1,
+                   out_dir=str(tmp_path / "out"), tokenizer_dir=str(tokenizer_dir), data_dir=str(mlm_data),
+                   recipe=str(recipe), calibration=(0.5, 2))
+    cost = step_cost(spec, bertforge_config(spec))
     assert (cost.cheap_tokens, cost.full_tokens) == (8 * 32, 32 * 128)
     assert cost.cheap_seconds > 0 and cost.full_seconds > 0
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # both runs thrown away
@@ -297,7 +319,7 @@ def test_budget_clock_stops_hf_trainer_at_its_budget_and_leaves_export_time_out(
         return {"seconds": seconds, "step": step}
 
     budget, marks = 1.5, (0.5, 1.0)
-    clock = ttq.BudgetClock(budget, marks, export)
+    clock = BudgetClock(budget, marks, export)
     trainer = tiny_hf_trainer(tmp_path / "trainer", clock)
     began = time.perf_counter()
     trainer.train()
@@ -312,12 +334,40 @@ def test_budget_clock_stops_hf_trainer_at_its_budget_and_leaves_export_time_out(
 
 
 def test_the_calibration_stops_hf_trainer_after_its_seconds_and_times_the_steps_after_warmup(tmp_path: Path) -> None:
-    timing = ttq.StepTiming(seconds=0.5, warmup=3)
+    timing = StepTiming(seconds=0.5, warmup=3)
     trainer = tiny_hf_trainer(tmp_path / "calibration", timing)
     trainer.train()
 
     steps = trainer.state.global_step
-    assert len(timing.starts) == steps >= 3 + 1 + ttq.MIN_TIMED_STEPS
+    assert len(timing.starts) == steps >= 3 + 1 + MIN_TIMED_STEPS
     timed = timing.starts[-1] - timing.starts[3]
     assert 0.5 <= timed < 1.5
     assert timing.seconds_per_step() == pytest.approx(timed / (steps - 1 - 3))
+
+
+def test_export_marks_exports_at_each_mark_its_clock_passes_and_costs_the_run_no_budget(tmp_path: Path) -> None:
+    from helpers import trainer_tasks
+
+    from benchmarks.ttq.clock import ExportMarks, curve_points
+    from bertforge.config import load_config
+    from bertforge.train.trainer import Trainer
+
+    config = load_config(None, ["train.micro_batch_size=32", "train.global_batch_size=32", "train.max_steps=6",
+                                "data.num_workers=0", "log.progress=false", "log.tensorboard=false",
+                                f"run.output_dir={tmp_path}", "run.name=run"])
+    exports = ExportMarks((0.0, 0.0, 3600.0), tmp_path / "exports")  # two marks passed at once, one never
+    slow_export = exports.export
+
+    def export_slowly(trainer: Any, state: Any) -> dict[str, Any]:
+        time.sleep(1.0)  # outside the run's clock
+        return slow_export(trainer, state)
+
+    exports.export = export_slowly  # type: ignore[method-assign]
+    result = Trainer(config, trainer_tasks.NoDropout(config), on_step_end=[exports]).fit()
+    assert result.stopped_by == "budget" and result.state.step == 6
+    assert [point["step"] for point in exports.exports] == [1, 1]
+    assert all(Path(point["model_dir"]).is_dir() for point in exports.exports)
+    assert exports.pending_marks == [3600.0]
+    assert result.state.elapsed_seconds < 2.0  # the exports' two seconds are not on the clock
+    final = {"step": 6, "minutes": result.state.elapsed_seconds / 60}
+    assert [point["step"] for point in curve_points(exports.exports, final)] == [1, 1, 6]

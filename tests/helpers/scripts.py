@@ -1,4 +1,4 @@
-"""The repository's scripts and benchmarks are files, not packages: tests import them by path."""
+"""The repository's scripts are files, not packages: tests import them by path (the benchmarks are a package)."""
 
 from __future__ import annotations
 

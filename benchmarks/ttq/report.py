@@ -1,0 +1,172 @@
+"""The report: every arm at every budget over its seeds, the time each arm takes to reach (b)'s accuracy, the
+curves."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common.mlm import SEQ_LEN, VOCAB_SIZE
+from benchmarks.common.stats import mean_std
+from benchmarks.common.tasks import DOWNSTREAM_SEEDS
+from benchmarks.ttq.downstream import dropout_text
+from benchmarks.ttq.settings import ARM_TITLES, ARMS, DEV_EVERY, DOWNSTREAM_TASKS
+
+
+def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
+    """The first minute at which `curve` ((minutes, accuracy) in time order) reaches `target`, linearly
+    interpolated between the two points around the crossing; None if it never does. A curve already at
+    the target at its first point gives that point's minute: an upper bound."""
+    previous: tuple[float, float] | None = None
+    for minutes, value in curve:
+        if value >= target:
+            if previous is None:
+                return minutes
+            before_minutes, before_value = previous
+            return before_minutes + (minutes - before_minutes) * (target - before_value) / (value - before_value)
+        previous = (minutes, value)
+    return None
+
+
+@dataclass
+class Cell:
+    """One arm at one budget, over its pre-training seeds."""
+
+    arm: str
+    budget_minutes: float
+    runs: list[dict[str, Any]]
+
+    def finals(self, metric: str) -> list[float]:
+        return [run["curve"][-1][metric] for run in self.runs]
+
+    def mean_curve(self) -> list[tuple[float, float]]:
+        """(minutes, accuracy) point by point, averaged over the seeds (their exports share the fractions)."""
+        length = min(len(run["curve"]) for run in self.runs)
+        return [(statistics.fmean(run["curve"][i]["minutes"] for run in self.runs),
+                 statistics.fmean(run["curve"][i]["accuracy"] for run in self.runs)) for i in range(length)]
+
+
+def cells_of(results: list[dict[str, Any]]) -> dict[tuple[str, float], Cell]:
+    cells: dict[tuple[str, float], Cell] = {}
+    for result in results:
+        key = (result["arm"], result["budget_minutes"])
+        cells.setdefault(key, Cell(*key, []))
+        cells[key].runs.append(result)
+    return dict(sorted(cells.items()))
+
+
+def reach_times(cells: dict[tuple[str, float], Cell]) -> tuple[float | None, dict[str, tuple[float, float] | None]]:
+    """(b)'s validation MLM accuracy at its largest budget, and per arm (minutes to reach it, the budget of the run
+    that reached it first), None where none did."""
+    b_budgets = [budget for arm, budget in cells if arm == "b"]
+    if not b_budgets:
+        return None, {}
+    target = statistics.fmean(cells["b", max(b_budgets)].finals("accuracy"))
+    times: dict[str, tuple[float, float] | None] = {}
+    for arm in dict.fromkeys(arm for arm, _ in cells):
+        reached = [(minutes, budget) for (other, budget), cell in cells.items() if other == arm
+                   if (minutes := time_to_reach(cell.mean_curve(), target)) is not None]
+        times[arm] = min(reached) if reached else None
+    return target, times
+
+
+def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
+    settings, machine = report["settings"], report["machine"]
+    data = report["data"]
+    lines = [
+        f"## Time to quality — {settings['model']}, seq {SEQ_LEN}, corpus {settings['corpus']}, torch threads: "
+        f"{settings['threads']}", "",
+        f"- Command: `{report['command']}`",
+        f"- Machine: {machine['cpu']}, {machine['cpu_count']} cores; torch {machine['torch']}, transformers "
+        f"{machine['transformers']}; load average {machine['load_average_start']:.2f} at the start, "
+        f"{machine['load_average_end']:.2f} at the end (of this invocation; the store may hold runs of earlier ones)",
+        f"- Data: {data['train_documents']:,} training documents ({data['train_tokens']:,} tokens by bertforge's "
+        f"count), WordPiece {VOCAB_SIZE}; validation: the last {data['validation_documents']:,} documents, "
+        f"{data['validation_masked_tokens']:,} masked tokens (fixed masks), scored with stock "
+        "`transformers.BertForMaskedLM` on every arm's HF export",
+        f"- Downstream: `bertforge finetune` (recipes/quickstart-finetune-tiny.yaml) of each final model, "
+        f"{settings['downstream_seeds']} seed(s) per task and pre-training seed, at the lr of "
+        f"{', '.join(f'{lr:g}' for lr in settings['downstream_lrs'])} and the dropout of "
+        f"{', '.join(dropout_text(rate) for rate in settings['downstream_dropouts'])} that scored best on a dev split (every "
+        f"{DEV_EVERY}th training row, fine-tuned on the rest, seed {DOWNSTREAM_SEEDS[0]}) per model and task; supersense "
+        f"{settings['downstream_rows']['supersense'][0]:,} / {settings['downstream_rows']['supersense'][1]:,} and "
+        f"manpages {data['manpages_rows'][0]:,} / {data['manpages_rows'][1]:,} train / test rows", "",
+        "| arm | budget (min) | trained (min) | steps (planned) | tokens seen | MLM accuracy | MLM loss | "
+        "supersense accuracy (%) | manpages accuracy (%) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (arm, budget), cell in cells.items():
+        runs = cell.runs
+        finals = [run["curve"][-1] for run in runs]
+        planned = [run["training"].get("planned_steps") for run in runs]
+        steps = f"{statistics.fmean(p['step'] for p in finals):,.0f}" + (
+            f" ({statistics.fmean(planned):,.0f})" if None not in planned else "")
+        downstream = {task: [a for run in runs for a in run["downstream"][task]] for task in DOWNSTREAM_TASKS}
+        chosen = {task: sorted({run["downstream_setting"][task]["chosen_text"] for run in runs
+                                if task in run["downstream_setting"]}) for task in DOWNSTREAM_TASKS}
+        at = {task: f" ({'; '.join(texts)})" if texts else "" for task, texts in chosen.items()}
+        lines.append(
+            f"| {ARM_TITLES[arm]} | {budget:g} | {statistics.fmean(p['minutes'] for p in finals):.2f} | {steps} | "
+            f"{statistics.fmean(p['tokens'] for p in finals):,.0f} | {mean_std(cell.finals('accuracy'))} | "
+            f"{mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)}{at['supersense']} | "
+            f"{mean_std(downstream['manpages'], 100, 2)}{at['manpages']} |")
+    lines += ["", "MLM accuracy of each final model on the downstream tasks' test texts (15% masked once, the same masks "
+              "for every arm): whether the pre-training corpus covers the text a task is about.", "",
+              "| arm | budget (min) | " + " | ".join(f"{task} texts" for task in DOWNSTREAM_TASKS) + " |",
+              "|---|---:|" + "---:|" * len(DOWNSTREAM_TASKS)]
+    for (arm, budget), cell in cells.items():
+        lines.append(f"| {ARM_TITLES[arm]} | {budget:g} | " + " | ".join(
+            mean_std([run["task_text_mlm"][task]["accuracy"] for run in cell.runs]) for task in DOWNSTREAM_TASKS) + " |")
+    target, times = reach_times(cells)
+    lines.append("")
+    if target is None:
+        lines.append("Time to quality: arm (b) is not measured yet, so there is no target.")
+    else:
+        b_budget = max(budget for arm, budget in cells if arm == "b")
+        lines += [f"Time to reach (b)'s validation MLM accuracy at {b_budget:g} minutes ({target:.4f}), interpolated "
+                  "between exports (at 1/8, 1/4, 1/2, 3/4 of each budget and its end), the earliest over the arm's "
+                  "budgets:", "", "| arm | minutes to reach | in the run of | (b)'s budget ÷ that |", "|---|---:|---:|---:|"]
+        for arm, reached in times.items():
+            if reached is None:
+                lines.append(f"| {ARM_TITLES[arm]} | not reached | — | — |")
+                continue
+            minutes, budget = reached
+            first = cells[arm, budget].mean_curve()[0][0]
+            bound = "≤ " if minutes == first else ""
+            lines.append(f"| {ARM_TITLES[arm]} | {bound}{minutes:.2f} | {budget:g} min | {b_budget / minutes:.2f}× |")
+    lines += ["", f"MLM accuracy and loss: mean ± std over pre-training seeds {settings['seeds_present']}; downstream: "
+              "over pre-training × fine-tuning seeds. Planned steps: HF's arms, and arm (d) where its recipe has "
+              "switches keyed to the step count, are sized by a timed calibration (see the script's docstring); a "
+              "run that ends short of its budget ran out of planned steps."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(cells: dict[tuple[str, float], Cell], target: float | None, title: str, path: Path) -> None:
+    """Validation MLM accuracy vs training minutes: one colour per arm, one line per budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = dict(zip(ARMS, ("tab:orange", "tab:red", "tab:blue", "tab:green"), strict=True))
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=100)
+    labelled: set[str] = set()
+    for (arm, _budget), cell in cells.items():
+        minutes, accuracy = zip(*cell.mean_curve(), strict=True)
+        axes.plot(minutes, accuracy, marker="o", markersize=3, color=colours[arm],
+                  label=None if arm in labelled else ARM_TITLES[arm])
+        labelled.add(arm)
+    if target is not None:
+        axes.axhline(target, color="grey", linestyle="--", linewidth=1, label="(b) at its largest budget")
+    axes.set_xlabel("training minutes (each arm's own clock)")
+    axes.set_ylabel("validation MLM accuracy")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.tmp.png")
+    figure.savefig(temporary)
+    plt.close(figure)
+    temporary.replace(path)
