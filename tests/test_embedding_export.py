@@ -48,6 +48,40 @@ def test_an_export_gives_our_vectors_in_sentence_transformers(pooling: str, norm
         assert np.linalg.norm(ours, axis=1) == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.parametrize("source_pooler", [False, True])
+def test_an_export_loads_in_sentence_transformers_without_a_missing_weights_report(
+        source_pooler: bool, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A model trained here has no BERT pooler; one started from all-MiniLM-L6-v2 keeps the pooler it carries.
+    Either way sentence-transformers builds the transformer as exported: no pooler "MISSING ... newly
+    initialized" (which read like a broken export), and the vectors stay ours."""
+    from transformers.utils import logging as transformers_logging
+
+    from bertforge.models import BertforgeForEmbedding
+    from bertforge.models.config import get_preset
+    from bertforge.models.sentence_transformers_format import export_sentence_transformers
+
+    torch.manual_seed(0)
+    config = dataclasses.replace(get_preset("bert-tiny"), vocab_size=30528, pooling="mean")
+    model = BertforgeForEmbedding(config, pooler=source_pooler).eval()
+    export_sentence_transformers(model, minilm_dir(), tmp_path / "st", max_seq_length=24)
+    shown = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_warning()  # the report is a warning; a CLI run earlier may have hidden them
+    try:
+        capfd.readouterr()
+        loaded = sentence_transformer(tmp_path / "st")
+        printed = "".join(capfd.readouterr())
+    finally:
+        transformers_logging.set_verbosity(shown)
+    assert "MISSING" not in printed and "newly initialized" not in printed, printed
+    pooler = loaded[0].auto_model.pooler
+    if source_pooler:
+        assert pooler is not None and torch.equal(pooler.dense.weight, model.encoder.pooler.dense.weight)
+    else:
+        assert pooler is None
+    ours = embed_texts(load_embedder(tmp_path / "st"), TEXTS, batch_size=3)
+    assert np.abs(ours - loaded.encode(TEXTS, convert_to_numpy=True)).max() <= 1e-5
+
+
 def test_bertforge_embeds_all_minilm_l6_v2_as_sentence_transformers_does(tmp_path: Path) -> None:
     """The reference model's own files: mean pooling, Normalize, max_seq_length 256 (a long text is cut there)."""
     long_text = " ".join(["a very long sentence about dogs and wolves and the winter nights"] * 30)

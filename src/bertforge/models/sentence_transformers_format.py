@@ -4,7 +4,7 @@ A sentence-transformers directory is a Hugging Face transformer directory plus a
 files that say what follows the transformer (sentence-transformers' `SentenceTransformer.save`):
 
     modules.json                 [Transformer (path ""), Pooling ("1_Pooling"), Normalize ("2_Normalize")]
-    sentence_bert_config.json    {"max_seq_length": 128, "do_lower_case": false}
+    sentence_bert_config.json    {"max_seq_length": 128, "do_lower_case": false, "model_args": {...}}
     1_Pooling/config.json        {"word_embedding_dimension": 384, "pooling_mode_mean_tokens": true, ...}
     2_Normalize/                 (no settings)
     config.json, model.safetensors, tokenizer files: the transformer, as `transformers` saves it
@@ -90,8 +90,9 @@ def read_sentence_transformers(directory: str | Path) -> SentenceTransformersSet
 
 
 def write_sentence_transformers_files(directory: Path, hidden_size: int, pooling: str, normalize: bool,
-                                      max_seq_length: int) -> None:
-    """The files that make a transformer directory a sentence-transformers one."""
+                                      max_seq_length: int, model_args: dict[str, object] | None = None) -> None:
+    """The files that make a transformer directory a sentence-transformers one; `model_args`: what its
+    `AutoModel.from_pretrained` must be given to build the transformer as written (every version reads the key)."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": POOLING_DIR, "type": "sentence_transformers.models.Pooling"}]
     if normalize:
@@ -101,8 +102,10 @@ def write_sentence_transformers_files(directory: Path, hidden_size: int, pooling
     pooling_config |= {key: ours == pooling for ours, key in POOLING_KEYS.items()}
     pooling_config |= dict.fromkeys(OTHER_POOLING_KEYS, False)
     (directory / POOLING_DIR).mkdir()
-    for path, content in ((directory / MODULES_FILE, modules),
-                          (directory / SETTINGS_FILE, {"max_seq_length": max_seq_length, "do_lower_case": False}),
+    settings: dict[str, object] = {"max_seq_length": max_seq_length, "do_lower_case": False}
+    if model_args:
+        settings["model_args"] = model_args
+    for path, content in ((directory / MODULES_FILE, modules), (directory / SETTINGS_FILE, settings),
                           (directory / POOLING_DIR / "config.json", pooling_config)):
         path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
 
@@ -112,6 +115,7 @@ def export_sentence_transformers(model: BertforgeForEmbedding, tokenizer_dir: st
     """Write `model` as a sentence-transformers directory that `SentenceTransformer(out_dir)` loads with no
     custom code; an encoder without a stock `transformers` class is written in bertforge's format instead.
     `max_seq_length` (default: the model's position limit, at most 512) is where both truncate."""
+    from bertforge.models.families import family_of_class
     from bertforge.models.hf import ExportResult, hf_class_name, special_token_ids, to_hf_model
     from bertforge.models.serialization import (
         copy_tokenizer_files,
@@ -131,13 +135,16 @@ def export_sentence_transformers(model: BertforgeForEmbedding, tokenizer_dir: st
     if max_seq_length is None:
         max_seq_length = min(512, config.max_position_embeddings) if config.position == "learned" else 512
     hf_model = to_hf_model(model.encoder, special_token_ids(tokenizer_dir))
+    # a model trained here has no BERT pooler (its vectors never use one): sentence-transformers must build the
+    # BertModel without it too, or transformers reports the pooler "MISSING ... newly initialized" on every load
+    model_args = family_of_class(hf_class).load_arguments(hf_class, model.pooler_module() is not None)
 
     def write(staging: Path) -> None:
         hf_model.save_pretrained(str(staging))
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, staging)
         write_sentence_transformers_files(staging, config.hidden_size, config.pooling, model.normalize,
-                                          max_seq_length)
+                                          max_seq_length, model_args)
 
     directory = write_directory_atomically(out_dir, write)
     message = (f"exported a sentence-transformers model ({hf_class} + {config.pooling} pooling"

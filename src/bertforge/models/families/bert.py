@@ -132,8 +132,13 @@ def build_hf_model(cls: type, hf_config: transformers.PretrainedConfig, pooler: 
     return cls(hf_config, add_pooling_layer=pooler) if cls is transformers.BertModel else cls(hf_config)
 
 
+def load_arguments(hf_class: str, pooler: bool) -> dict[str, object]:
+    # no config.json key says "no pooler": without this, from_pretrained draws one and reports it MISSING
+    return {"add_pooling_layer": False} if hf_class == "BertModel" and not pooler else {}
+
+
 FAMILY = ModelFamily(
     name="bert", model_type="bert", encoder_prefix="bert.", classes=CLASSES, head_keys=HEADS,
     unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys, build_hf_model=build_hf_model,
+    encoder_keys=encoder_keys, build_hf_model=build_hf_model, load_arguments=load_arguments,
 )

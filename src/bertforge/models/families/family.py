@@ -78,6 +78,8 @@ class ModelFamily:
     # the stock model: (class, config, pooler) -> module; a family whose base class takes options says so
     build_hf_model: Callable[[type, transformers.PretrainedConfig, bool], nn.Module] = (
         lambda cls, config, pooler: cls(config))
+    # what `from_pretrained` must be told to build that same model from its directory: (class, pooler) -> kwargs
+    load_arguments: Callable[[str, bool], dict[str, object]] = lambda hf_class, pooler: {}
 
     def key_pairs(self, config: EncoderConfig, hf_class: str, *, pooler: bool = False) -> list[KeyPair]:
         """Every (our key, HF key) of `hf_class` for this encoder, in that class's own layout."""
