@@ -11,7 +11,14 @@ import pytest
 
 from bertforge.config import load_run_config
 from bertforge.data.bundled import supersense_path
-from bertforge.quickstart import QuickstartPlan, run_quickstart, write_supersense_subsets
+from bertforge.quickstart import (
+    MlmResult,
+    QuickstartPlan,
+    StageResult,
+    _print_summary,
+    run_quickstart,
+    write_supersense_subsets,
+)
 
 
 def test_supersense_subsets_are_spread_over_the_whole_split(tmp_path: Path) -> None:
@@ -51,3 +58,24 @@ def test_quickstart_runs_every_stage_and_pretraining_beats_no_pretraining_and_th
     assert load_run_config(plan.out_dir / "pretrain" / "config.yaml").run.seed == plan.seed
     assert (plan.out_dir / "pretrain" / "final" / "model.safetensors").is_file()
     assert (plan.out_dir / "pretrain" / "plots" / "mlm_accuracy.png").is_file()
+
+
+@pytest.mark.parametrize(("accuracy", "unigram", "warns"), [(0.043, 0.102, True), (0.102, 0.102, True),
+                                                           (0.313, 0.102, False), (None, None, False)])
+def test_the_summary_warns_when_the_pretrained_model_is_still_on_the_mlm_plateau(
+        accuracy: float | None, unigram: float | None, warns: bool, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The guide's 200-step demo ended at MLM accuracy 0.043 against a 0.102 unigram baseline and fine-tuned worse
+    than no pre-training (0.173 vs 0.242) with nothing saying why; the summary now says so."""
+    results = [StageResult("majority class", 0.124, None, 0.0),
+               StageResult("tiny BERT, pre-trained", 0.173, tmp_path / "pretrained", 12.0),
+               StageResult("tiny BERT, no pre-training", 0.242, tmp_path / "scratch", 11.0)]
+    _print_summary(results, tmp_path / "pretrain", MlmResult(accuracy, unigram), tmp_path / "tokenizer",
+                   tmp_path / "data", 60.0, pretrain_steps=200)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert ("still on the MLM plateau after 200 steps" in printed) is warns
+    if warns:
+        assert f"MLM accuracy {accuracy:.3f} is at or below the unigram baseline {unigram:.3f}" in printed
+        assert "--pretrain-steps" in printed
+    if accuracy is not None:
+        assert f"(validation MLM accuracy {accuracy:.3f}, unigram baseline {unigram:.3f})" in printed
