@@ -71,7 +71,7 @@ def test_values_out_of_range_or_not_a_choice_are_rejected() -> None:
 
 
 def test_print_config_output_loads_back_to_an_equal_config(tmp_path: Path) -> None:
-    config = load_config(None, ["optim.lr=2e-5", "finetune.label_map={'1': negative, '5': positive}",
+    config = load_config(None, ["optim.lr=2e-5", "finetune.classification.label_map={'1': negative, '5': positive}",
                                 "model.hidden_size=64", "optim.betas=[0.9,0.95]"])
     saved = write(tmp_path / "resolved.yaml", config_to_yaml(config))
     assert load_config(saved) == config
@@ -114,12 +114,35 @@ def test_a_run_saved_by_an_earlier_version_still_loads_and_resumes_while_a_user_
 
 
 @pytest.mark.parametrize(("key", "value", "task_type"), [
-    ("negative_column", "hard_negative", "embedding"), ("similarity_scale", "50.0", "embedding"),
-    ("normalize_embeddings", "true", "embedding"), ("embedding_loss", "cosine", "embedding"),
-    ("tokens_column", "words", "token_classification"), ("tags_column", "ner", "token_classification")])
+    ("embedding.negative_column", "hard_negative", "embedding"), ("embedding.similarity_scale", "50.0", "embedding"),
+    ("embedding.normalize", "true", "embedding"), ("embedding.loss", "cosine", "embedding"),
+    ("tagging.tokens_column", "words", "token_classification"), ("tagging.tags_column", "ner", "token_classification"),
+    ("classification.class_weights", "[1.0,2.0]", "classification"),
+    ("classification.label_map", "{a: b}", "classification")])
 def test_a_key_of_another_task_type_is_an_error_not_silently_ignored(key: str, value: str, task_type: str) -> None:
-    for other in ("classification", "regression", *({"embedding", "token_classification"} - {task_type})):
+    others = {"classification", "regression", "embedding", "token_classification"} - {task_type}
+    for other in sorted(others):
         with pytest.raises(ConfigError, match=rf"`finetune\.{key}`.*task_type={task_type} \(this run's is {other}\)"):
             load_config(None, [f"finetune.task_type={other}", f"finetune.{key}={value}"])
-    assert str(getattr(load_config(None, [f"finetune.task_type={task_type}", f"finetune.{key}={value}"]).finetune,
-                       key)).lower() == value
+    section, name = key.split(".")
+    assert getattr(getattr(load_config(None, [f"finetune.task_type={task_type}", f"finetune.{key}={value}"]).finetune,
+                           section), name) is not None
+
+
+@pytest.mark.parametrize(("key", "value", "task_type"), [
+    ("labels", "[a,b]", "embedding"), ("labels", "[a,b]", "regression"), ("text_pair_column", "b", "token_classification"),
+    ("label_column", "y", "token_classification"), ("delimiter", "';'", "token_classification")])
+def test_a_shared_key_the_task_type_does_not_read_is_an_error(key: str, value: str, task_type: str) -> None:
+    with pytest.raises(ConfigError, match=rf"`finetune\.{key}`.*task_type={task_type} does not read it"):
+        load_config(None, [f"finetune.task_type={task_type}", f"finetune.{key}={value}"])
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("label_map", "classification.label_map"), ("class_weights", "classification.class_weights"),
+    ("tokens_column", "tagging.tokens_column"), ("tags_column", "tagging.tags_column"),
+    ("embedding_loss", "embedding.loss"), ("negative_column", "embedding.negative_column"),
+    ("similarity_scale", "embedding.similarity_scale"), ("normalize_embeddings", "embedding.normalize")])
+def test_a_moved_finetune_key_says_where_it_went(old: str, new: str, tmp_path: Path) -> None:
+    recipe = write(tmp_path / "old.yaml", f"finetune:\n  {old}: x\n")
+    with pytest.raises(ConfigError, match=rf"`finetune\.{old}` in .* has moved to `finetune\.{new}`; use that key"):
+        load_config(recipe)

@@ -64,7 +64,7 @@ def test_pairs_are_read_strictly_naming_the_file_line_and_the_setting(tmp_path: 
                                                {"anchor": "a cat", "positive": " "}])
     with pytest.raises(DataError, match=rf"{bad}:2: empty text in column 'positive'"):
         read_pair_split(bad, PairColumns("anchor", "positive"))
-    with pytest.raises(DataError, match=r"no column 'negative'.*finetune.negative_column"):
+    with pytest.raises(DataError, match=r"no column 'negative'.*finetune.embedding.negative_column"):
         read_pair_split(bad, PairColumns("anchor", "positive", negative="negative"))
     scored = tmp_path / "scored.csv"
     scored.write_text("a,b,score\nthe dog,a canine,0.9\nthe cat,a car,lots\n", encoding="utf-8")
@@ -245,7 +245,7 @@ def test_cosine_regression_on_scored_pairs_accumulates_like_one_batch_and_report
         config = load_config(None, [f"run.output_dir={tmp_path}", f"run.name={name}", *QUIET_RUN, *TINY_MODEL,
                                     f"model.tokenizer={minilm_dir()}", "model.hidden_dropout=0",
                                     "model.attention_dropout=0", "finetune.task_type=embedding",
-                                    "finetune.embedding_loss=cosine", f"finetune.train_file={files['train']}",
+                                    "finetune.embedding.loss=cosine", f"finetune.train_file={files['train']}",
                                     f"finetune.validation_file={files['validation']}", "finetune.text_column=a",
                                     "finetune.text_pair_column=b", "finetune.label_column=score",
                                     "finetune.max_length=48", "optim.lr=1e-3", "train.global_batch_size=16",
@@ -324,7 +324,7 @@ def test_minilm_fine_tuned_on_wordnet_usages_finds_their_glosses(tmp_path_factor
         "finetune.task_type=embedding", f"finetune.train_file={files['train']}",
         f"finetune.validation_file={files['validation']}", f"finetune.test_file={files['test']}",
         "finetune.text_column=anchor", "finetune.text_pair_column=positive", "finetune.max_length=48",
-        "finetune.normalize_embeddings=true", "optim.lr=5e-5", "schedule.name=linear", "schedule.warmup=0.1",
+        "finetune.embedding.normalize=true", "optim.lr=5e-5", "schedule.name=linear", "schedule.warmup=0.1",
         "train.micro_batch_size=32", "train.global_batch_size=32", "train.max_steps=6", "train.log_every=1",
         "train.eval_every=3", "train.best_metric=ndcg_at_10", "train.best_mode=max"])
     assert Trainer(config, EmbeddingTask(config)).fit().exit_code == 0

@@ -101,7 +101,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                 f"model.tokenizer={minilm_dir()}", "model.pooling=cls", "finetune.task_type=embedding",
                                 f"finetune.train_file={train}", f"finetune.validation_file={validation}",
                                 "finetune.text_column=anchor", "finetune.text_pair_column=positive",
-                                "finetune.negative_column=negative", "finetune.normalize_embeddings=true",
+                                "finetune.embedding.negative_column=negative", "finetune.embedding.normalize=true",
                                 "finetune.max_length=40", "train.micro_batch_size=8", "train.global_batch_size=16",
                                 "train.max_steps=2", "train.best_metric=mrr_at_10", "train.best_mode=max"])
     assert Trainer(config, EmbeddingTask(config)).fit().exit_code == 0

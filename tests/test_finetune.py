@@ -79,7 +79,7 @@ def test_minilm_fine_tuned_for_a_few_steps_with_a_label_map_beats_the_majority_c
     # short run's result hung on the classifier's draw (32 steps, seeds 42, 1, 2, 3: 0.695 = the majority
     # class, 0.805, 0.789, 0.859); with mean pooling seeds 42 and 1 reach 0.953 and 0.906
     finetune(run_dir, "model.init_from=all-MiniLM-L6-v2", "model.pooling=mean", *files,
-             f"finetune.label_map={label_map}", "finetune.max_length=48", "optim.lr=5e-4", "train.micro_batch_size=16",
+             f"finetune.classification.label_map={label_map}", "finetune.max_length=48", "optim.lr=5e-4", "train.micro_batch_size=16",
              "train.global_batch_size=16", "train.max_steps=32", "train.best_metric=accuracy")
     results = json.loads((run_dir / "test_results.json").read_text())
     assert results["label_names"] == ["adj", "adv", "noun", "verb"]
@@ -147,7 +147,7 @@ def test_pair_classification_on_the_mnli_layout_with_class_weights(tmp_path: Pat
              f"finetune.validation_file={glue_dir / 'MNLI' / 'dev_matched.tsv'}",
              f"finetune.test_file={glue_dir / 'MNLI' / 'dev_mismatched.tsv'}", "finetune.text_column=sentence1",
              "finetune.text_pair_column=sentence2", "finetune.label_column=gold_label",
-             "finetune.labels=[entailment,neutral,contradiction]", "finetune.class_weights=[1.0,2.0,1.0]",
+             "finetune.labels=[entailment,neutral,contradiction]", "finetune.classification.class_weights=[1.0,2.0,1.0]",
              "finetune.max_length=128", "optim.lr=1e-3", "train.micro_batch_size=20", "train.global_batch_size=20",
              "train.max_steps=6")
     results = json.loads((run_dir / "test_results.json").read_text())
@@ -161,7 +161,7 @@ def test_class_weights_make_the_loss_a_weighted_mean_over_the_global_batch(tmp_p
     from helpers.finetuning import run_config
 
     config = run_config(tmp_path / "weights", *TINY_MODEL, f"model.tokenizer={minilm_dir()}",
-                        "finetune.train_file=bundled:supersense/validation", "finetune.class_weights=[" +
+                        "finetune.train_file=bundled:supersense/validation", "finetune.classification.class_weights=[" +
                         ",".join(["1.0"] * 44 + ["3.0"]) + "]")
     task = ClassificationTask(config)
     data = task.build_datasets()
@@ -227,7 +227,7 @@ def test_the_shipped_fine_tuning_configs_load(path: Path) -> None:
         reported = set(ENTITY_METRICS)
     elif section.task_type == "embedding":
         assert section.train_file == "~/.cache/bertforge/tasks/wordnet-embedding/train.jsonl"
-        reported = set(RETRIEVAL_METRICS) if section.embedding_loss == "mnrl" else set(COSINE_METRICS)
+        reported = set(RETRIEVAL_METRICS) if section.embedding.loss == "mnrl" else set(COSINE_METRICS)
     else:
         assert section.train_file == "bundled:supersense/train"
         reported = metric_names(section.task_type, num_labels=45)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.config import FinetuneSection
+from bertforge.config import ClassificationSettings, FinetuneSection
 from bertforge.data.bundled import supersense_labels, supersense_path
 from bertforge.data.labeled import LabeledDataset, collate_padded, collate_unpadded
 from bertforge.data.labels import Columns, LabeledSplit, load_labeled_data, read_labeled_split
@@ -174,7 +174,8 @@ def test_label_map_merges_star_ratings_into_three_classes(tmp_path: Path) -> Non
     data = load_labeled_data(section(
         train_file=str(train), validation_file=str(validation), text_column="review", label_column="stars",
         labels=["negative", "neutral", "positive"],
-        label_map={"1": "negative", "2": "negative", "3": "neutral", "4": "positive", "5": "positive"}))
+        classification=ClassificationSettings(
+            label_map={"1": "negative", "2": "negative", "3": "neutral", "4": "positive", "5": "positive"})))
     assert data.label_names == ["negative", "neutral", "positive"]
     assert data.train.labels == [0, 0, 1, 2, 2, 2, 0]
     assert data.validation is not None and data.validation.labels == [1, 2]  # "3" in csv == 3 in json
@@ -206,16 +207,18 @@ def test_regression_labels_are_floats(tmp_path: Path) -> None:
 
 def test_class_weights_need_one_weight_per_label(tmp_path: Path) -> None:
     train = write_jsonl(tmp_path / "train.jsonl", [{"text": "a", "label": "x"}, {"text": "b", "label": "y"}])
-    data = load_labeled_data(section(train_file=str(train), class_weights=[1.0, 3.0]))
+    data = load_labeled_data(section(train_file=str(train), classification=ClassificationSettings(class_weights=[1.0, 3.0])))
     assert data.class_weights == [1.0, 3.0]
     with pytest.raises(ConfigError, match=r"class_weights has 3 values but there are 2 labels \(x, y\)"):
-        load_labeled_data(section(train_file=str(train), class_weights=[1.0, 2.0, 3.0]))
+        load_labeled_data(section(train_file=str(train),
+                                          classification=ClassificationSettings(class_weights=[1.0, 2.0, 3.0])))
 
 
 def test_label_map_target_outside_the_label_list_is_a_config_error(tmp_path: Path) -> None:
     train = write_jsonl(tmp_path / "train.jsonl", [{"text": "a", "label": 1}])
     with pytest.raises(ConfigError, match=r"label_map maps '1' to 'bad'.*not in finetune.labels"):
-        load_labeled_data(section(train_file=str(train), labels=["good"], label_map={"1": "bad"}))
+        load_labeled_data(section(train_file=str(train), labels=["good"],
+                                  classification=ClassificationSettings(label_map={"1": "bad"})))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ def test_unknown_label_in_validation_data_names_file_line_and_label(tmp_path: Pa
     train = write_csv(tmp_path / "train.csv", [{"text": "a", "label": "cat"}, {"text": "b", "label": "dog"}])
     validation = write_csv(tmp_path / "dev.csv", [{"text": "c", "label": "dog"}, {"text": "d", "label": "bird"}])
     with pytest.raises(DataError, match=r"dev.csv:3: label 'bird' is not one of the 2 labels of the training "
-                                        r"data \(cat, dog\).*finetune.label_map"):
+                                        r"data \(cat, dog\).*finetune.classification.label_map"):
         load_labeled_data(section(train_file=str(train), validation_file=str(validation)))
 
 

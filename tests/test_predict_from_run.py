@@ -44,7 +44,7 @@ def gloss_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finetune(run_dir, *TINY_RUN, f"model.tokenizer={minilm_dir()}", f"finetune.train_file={files['train']}",
              f"finetune.validation_file={files['validation']}", f"finetune.test_file={files['test']}",
              f"finetune.labels=[{','.join(supersense_labels())}]", "finetune.text_column=gloss",
-             "finetune.label_column=sense", "finetune.label_map={beast: noun.animal}")
+             "finetune.label_column=sense", "finetune.classification.label_map={beast: noun.animal}")
     return run_dir
 
 

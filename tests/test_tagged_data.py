@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bertforge.config import FinetuneSection
+from bertforge.config import ClassificationSettings, FinetuneSection
 from bertforge.data.tagged import (
     TAG_PATTERN,
     TaggedData,
@@ -271,13 +271,13 @@ def test_empty_files_and_files_without_sentences(tmp_path: Path) -> None:
 def test_missing_column_lists_the_columns_and_the_config_key(tmp_path: Path) -> None:
     source = write_jsonl(tmp_path / "train.jsonl", [{"words": ["a"], "tags": ["O"]}])
     with raises(DataError, f"{source}:1: no column 'tokens' (columns found: 'words', 'tags'); set "
-                           "finetune.tokens_column to one of them"):
+                           "finetune.tagging.tokens_column to one of them"):
         load(train_file=str(source))
     with raises(DataError, f"{source}:1: no column 'ner' (columns found: 'words', 'tags'); set "
-                           "finetune.tags_column to one of them"):
+                           "finetune.tagging.tags_column to one of them"):
         load_tagged_data(section(train_file=str(source)), tokens_column="words", tags_column="ner")
     later = write_jsonl(tmp_path / "later.jsonl", [{"tokens": ["a"], "tags": ["O"]}, {"tokens": ["b"]}])
-    with raises(DataError, f"{later}:2: the row has no field 'tags'; add it (finetune.tags_column)"):
+    with raises(DataError, f"{later}:2: the row has no field 'tags'; add it (finetune.tagging.tags_column)"):
         read_tagged_file(later)
 
 
@@ -337,5 +337,6 @@ def test_train_file_is_required_and_classification_settings_are_refused(tmp_path
     with raises(ConfigError, "finetune.train_file is not set"):
         load()
     train = write_text(tmp_path / "train.conll", "Paris B-LOC\n")
-    with raises(ConfigError, "finetune.class_weights apply to (sequence) classification only"):
-        load(train_file=str(train), class_weights=[1.0, 2.0])
+    with raises(ConfigError, "config key `finetune.classification.class_weights` is set but only applies to "
+                             "finetune.task_type=classification (this run's is token_classification)"):
+        load(train_file=str(train), classification=ClassificationSettings(class_weights=[1.0, 2.0]))

@@ -178,48 +178,86 @@ class DataSection:
 
 
 @dataclass
+class ClassificationSettings:
+    """`finetune.classification.*`: what only sequence classification reads."""
+
+    label_map: dict[str, str] = field(default_factory=dict)  # merge raw labels, e.g. {"1": negative, "5": positive}
+    class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
+
+
+@dataclass
+class TaggingSettings:
+    """`finetune.tagging.*`: what only token classification reads."""
+
+    tokens_column: str = "tokens"  # jsonl/parquet/HF data: the column of word lists
+    tags_column: str = "tags"  # jsonl/parquet/HF data: the column of tag lists (CoNLL files: last column)
+
+
+@dataclass
+class EmbeddingSettings:
+    """`finetune.embedding.*`: what only sentence-embedding fine-tuning reads."""
+
+    loss: str = "mnrl"  # mnrl (anchor text_column, positive text_pair_column, in-batch negatives) | cosine (MSE of cos(a, b) against label_column's score)
+    negative_column: str | None = None  # mnrl: an optional hard-negative text column, one more candidate per anchor
+    similarity_scale: float = 20.0  # mnrl: cosine similarities are multiplied by this before the cross-entropy
+    normalize: bool = False  # unit-length output vectors (`embed`, and a Normalize module in the export)
+
+    def __post_init__(self) -> None:
+        check_choice("finetune.embedding.loss", self.loss, EMBEDDING_LOSSES)
+        check_range("finetune.embedding.similarity_scale", self.similarity_scale, low=0.0, low_inclusive=False)
+
+
+@dataclass
 class FinetuneSection:
     task_type: str = "classification"  # classification | regression | token_classification (tagging, e.g. NER) | embedding (sentence embeddings)
     train_file: str | None = None  # csv / tsv / jsonl / parquet file, HF dataset dir, or hub name
     validation_file: str | None = None  # evaluated during training; picks the best checkpoint
     test_file: str | None = None  # evaluated once at the end with the best checkpoint
     text_column: str = "text"  # the (first) text column
-    text_pair_column: str | None = None  # second text column for pair tasks (NLI, paraphrase)
-    label_column: str = "label"  # label column: a name or an integer id (classification), a number (regression)
-    tokens_column: str = "tokens"  # token_classification, jsonl/parquet/HF data: the column of word lists
-    tags_column: str = "tags"  # token_classification, jsonl/parquet/HF data: the column of tag lists (CoNLL files: last column)
-    labels: list[str] = field(default_factory=list)  # class names in id order; empty = sorted labels of the train file
-    label_map: dict[str, str] = field(default_factory=dict)  # merge raw labels, e.g. {"1": negative, "5": positive}
-    class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
+    text_pair_column: str | None = None  # second text column for pair tasks (NLI, paraphrase) and embedding pairs
+    label_column: str = "label"  # label column: a name or an integer id (classification), a number (regression, embedding with loss cosine)
+    labels: list[str] = field(default_factory=list)  # class (or tag) names in id order; empty = sorted labels of the train file
     max_length: int = 128  # tokens per example after truncation ([CLS]/[SEP] included)
     delimiter: str | None = None  # csv/tsv delimiter; None = from the file extension
-    embedding_loss: str = "mnrl"  # embedding: mnrl (anchor text_column, positive text_pair_column, in-batch negatives) | cosine (MSE of cos(a, b) against label_column's score)
-    negative_column: str | None = None  # embedding, mnrl: an optional hard-negative text column, one more candidate per anchor
-    similarity_scale: float = 20.0  # embedding, mnrl: cosine similarities are multiplied by this before the cross-entropy
-    normalize_embeddings: bool = False  # embedding: unit-length output vectors (`embed`, and a Normalize module in the export)
+    classification: ClassificationSettings = field(default_factory=ClassificationSettings)  # task_type classification only
+    tagging: TaggingSettings = field(default_factory=TaggingSettings)  # task_type token_classification only
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)  # task_type embedding only
 
     def __post_init__(self) -> None:
         check_choice("finetune.task_type", self.task_type, TASK_TYPES)
-        check_choice("finetune.embedding_loss", self.embedding_loss, EMBEDDING_LOSSES)
         check_range("finetune.max_length", self.max_length, low=8)
-        check_range("finetune.similarity_scale", self.similarity_scale, low=0.0, low_inclusive=False)
-        for task_type, keys in TASK_TYPE_KEYS.items():
-            for key in keys:
-                if self.task_type != task_type and getattr(self, key) != _FINETUNE_DEFAULTS[key]:
-                    # a key that does nothing must not look as if it did: it was meant for another task type
-                    raise ConfigError(f"config key `finetune.{key}` is set to {getattr(self, key)!r} but only applies "
-                                      f"to finetune.task_type={task_type} (this run's is {self.task_type}); remove it "
-                                      f"or set finetune.task_type={task_type}")
+        reads, settings = TASK_TYPE_READS[self.task_type]
+        for name, task_type in ((section, task_type) for task_type, (_, section) in TASK_TYPE_READS.items()
+                                if section is not None and section != settings):
+            changed = _changed_keys(getattr(self, name))
+            if changed:  # a key that does nothing must not look as if it did: it was meant for another task type
+                raise ConfigError(f"config key `finetune.{name}.{changed[0]}` is set but only applies to "
+                                  f"finetune.task_type={task_type} (this run's is {self.task_type}); remove it or set "
+                                  f"finetune.task_type={task_type}")
+        for key in OPTIONAL_SHARED_KEYS:
+            if key not in reads and getattr(self, key) != _FINETUNE_DEFAULTS[key]:
+                readers_of = [t for t, (keys, _) in TASK_TYPE_READS.items() if key in keys]
+                raise ConfigError(f"config key `finetune.{key}` is set to {getattr(self, key)!r} but finetune.task_type="
+                                  f"{self.task_type} does not read it (it applies to {', '.join(readers_of)}); remove it")
 
 
-# keys that only one task type reads; setting one under another task type is an error, not silence
-TASK_TYPE_KEYS = {
-    "token_classification": ("tokens_column", "tags_column"),
-    "embedding": ("embedding_loss", "negative_column", "similarity_scale", "normalize_embeddings"),
+# what each task type reads besides the keys every one does: optional shared keys, and its sub-section of
+# finetune (a key set for a task type that does not read it is an error, not silence)
+OPTIONAL_SHARED_KEYS = ("text_column", "text_pair_column", "label_column", "labels", "delimiter")
+TASK_TYPE_READS: dict[str, tuple[frozenset[str], str | None]] = {
+    "classification": (frozenset(OPTIONAL_SHARED_KEYS), "classification"),
+    "regression": (frozenset({"text_column", "text_pair_column", "label_column", "delimiter"}), None),
+    "token_classification": (frozenset({"labels"}), "tagging"),
+    "embedding": (frozenset({"text_column", "text_pair_column", "label_column", "delimiter"}), "embedding"),
 }
+_FINETUNE_DEFAULTS: dict[str, object] = {"text_column": "text", "text_pair_column": None, "label_column": "label",
+                                         "labels": [], "delimiter": None}
 
 
-_FINETUNE_DEFAULTS = {f.name: f.default for f in fields(FinetuneSection)}
+def _changed_keys(section: Any) -> list[str]:
+    """The keys of a settings section that differ from its defaults."""
+    default = type(section)()
+    return [f.name for f in fields(section) if getattr(section, f.name) != getattr(default, f.name)]
 
 
 @dataclass
@@ -419,6 +457,14 @@ MOVED_KEYS = {
     "finetune.glue_overrides": "glue.overrides",
     "finetune.glue_seeds": "glue.seeds",
     "finetune.glue_from_mnli": "glue.from_mnli",
+    "finetune.label_map": "finetune.classification.label_map",
+    "finetune.class_weights": "finetune.classification.class_weights",
+    "finetune.tokens_column": "finetune.tagging.tokens_column",
+    "finetune.tags_column": "finetune.tagging.tags_column",
+    "finetune.embedding_loss": "finetune.embedding.loss",
+    "finetune.negative_column": "finetune.embedding.negative_column",
+    "finetune.similarity_scale": "finetune.embedding.similarity_scale",
+    "finetune.normalize_embeddings": "finetune.embedding.normalize",
 }
 # keys that were removed, and why: an old config is told to delete them
 REMOVED_KEYS = {
@@ -577,8 +623,11 @@ def upgrade_saved_tree(tree: dict[str, Any]) -> dict[str, Any]:
     for old, new in MOVED_KEYS.items():
         value = _pop_dotted(upgraded, old)
         if value is not _ABSENT:
-            section, _, name = new.rpartition(".")
-            upgraded.setdefault(section, {})[name] = value
+            *sections, name = new.split(".")
+            tree = upgraded
+            for section in sections:
+                tree = tree.setdefault(section, {})
+            tree[name] = value
     for key in REMOVED_KEYS:
         _pop_dotted(upgraded, key)
     return upgraded

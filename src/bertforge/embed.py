@@ -36,10 +36,11 @@ def load_embedder(reference: str | Path) -> Embedder:
     """The embedding model any reference names, with its tokenizer and truncation length."""
     from bertforge.models.loading import as_embedding_model
     from bertforge.models.sentence_transformers_format import read_sentence_transformers
+    from bertforge.tasks.kinds.embedding import KIND as EMBEDDING
 
     loaded: LoadedModel = load_model(reference)
     path = loaded.location.path
-    model = loaded.embedding_model()
+    model = EMBEDDING.model_of(loaded)
     if model is None:
         log.info(f"{loaded.name} is not an embedding model: its vectors are the mean of its token states")
         model = as_embedding_model(loaded.model, path).eval()

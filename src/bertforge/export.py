@@ -107,21 +107,24 @@ def export_model(reference: str | Path, out_dir: str | Path, format: str = "hf",
 
 
 def _export_local(loaded: LoadedModel, out_dir: str | Path, format: str, atol: float) -> ExportSummary:
-    embedder = loaded.embedding_model()
-    if format == "hf" and embedder is not None:
-        from bertforge.models.sentence_transformers_format import export_sentence_transformers
+    from bertforge.tasks.kinds import KINDS
 
-        result = export_sentence_transformers(embedder, loaded.tokenizer_dir, out_dir, loaded.max_length)
-        return ExportSummary(result.directory, result.format, result.message)
+    # a fine-tuned model exports as its kind's record says; a bare encoder or a pre-training model as itself
+    kind = next((kind for kind in KINDS if kind.model_of(loaded) is not None), None)
+    model = kind.model_of(loaded) if kind is not None else loaded.model
     if format == "hf":
-        from bertforge.models.hf import export_hf
+        if kind is not None:
+            result = kind.export(model, loaded.tokenizer_dir, Path(out_dir), loaded.max_length)  # type: ignore[arg-type]
+        else:
+            from bertforge.models.hf import export_hf
 
-        result = export_hf(loaded.model, loaded.tokenizer_dir, out_dir)
+            result = export_hf(model, loaded.tokenizer_dir, out_dir)  # type: ignore[arg-type]
         return ExportSummary(result.directory, result.format, result.message)
-    if embedder is not None:  # the graph is the transformer's, as sentence-transformers' ONNX backend exports it
-        log.info(f"model.onnx holds the transformer (last_hidden_state); pool it by {embedder.config.pooling}"
-                 f"{' and normalize' if embedder.normalize else ''} to get the sentence vectors")
-        loaded = dataclasses.replace(loaded, model=embedder.encoder)
+    if kind is not None:
+        traced, note = kind.for_onnx(model)  # type: ignore[arg-type]
+        if note:
+            log.info(note)
+        loaded = dataclasses.replace(loaded, model=traced)
     return export_onnx(loaded, out_dir, atol)
 
 
@@ -202,17 +205,8 @@ class _PaddedOutput(nn.Module):
 
 
 def _output_name(model: nn.Module) -> str:
-    from bertforge.models import (
-        BertforgeForPreTraining,
-        BertforgeForSequenceClassification,
-        BertforgeForTokenClassification,
-    )
-
-    if isinstance(model, BertforgeForSequenceClassification | BertforgeForTokenClassification):
-        return "logits"
-    if isinstance(model, BertforgeForPreTraining):
-        return "prediction_logits" if model.nsp else "logits"
-    return "last_hidden_state"
+    """The stock model's output field that holds what ours returns (each model class names it)."""
+    return model.output_name  # type: ignore[return-value]
 
 
 def _padded_batch(loaded: LoadedModel, texts: tuple[str, ...], pairs: tuple[str, ...] | None) -> dict[str, torch.Tensor]:

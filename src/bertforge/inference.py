@@ -35,6 +35,7 @@ from bertforge.tasks.evaluation import (
 
 if TYPE_CHECKING:
     from bertforge.config import FinetuneSection
+    from bertforge.tasks.kinds import TaskKind
 
 DEFAULT_MAX_LENGTH = 512
 DEFAULT_ID_COLUMN = "id"  # carried into predict's rows when the input has it and --id-column is not given
@@ -63,30 +64,23 @@ class LoadedModel:
         return self.tokenizer_dir
 
     def classifier(self) -> nn.Module:
-        from bertforge.models import BertforgeForSequenceClassification
-
-        if not isinstance(self.model, BertforgeForSequenceClassification):
+        """The sequence classifier this is (the model with a `problem_type`), else an error saying to fine-tune."""
+        if getattr(self.model, "problem_type", None) is None:
             raise BertforgeError(f"{self.name} is a {type(self.model).__name__} without a classification head; "
                                  "fine-tune it first (`bertforge finetune`) and use the fine-tuned model")
         return self.model
 
-    def embedding_model(self) -> nn.Module | None:
-        """The sentence-embedding model this is (an embedding run's model, or a sentence-transformers directory
-        such as an embedding run's final/), or None."""
-        from bertforge.models import BertforgeForEmbedding
-        from bertforge.models.loading import as_embedding_model
-        from bertforge.models.sentence_transformers_format import read_sentence_transformers
 
-        if isinstance(self.model, BertforgeForEmbedding):
-            return self.model
-        if read_sentence_transformers(self.location.path) is None:
-            return None
-        return as_embedding_model(self.model, self.location.path).eval()
+def kind_of_loaded(loaded: LoadedModel) -> TaskKind:
+    """The task kind whose model `loaded` holds (`bertforge.tasks.kinds`); a model without a fine-tuned head
+    (a bare encoder, a pre-training model) is an error saying to fine-tune it first."""
+    from bertforge.tasks.kinds import KINDS
 
-    def is_tagger(self) -> bool:
-        from bertforge.models import BertforgeForTokenClassification
-
-        return isinstance(self.model, BertforgeForTokenClassification)
+    found = next((kind for kind in KINDS if kind.model_of(loaded) is not None), None)
+    if found is None:
+        raise BertforgeError(f"{loaded.name} is a {type(loaded.model).__name__} without a classification head; "
+                             "fine-tune it first (`bertforge finetune`) and use the fine-tuned model")
+    return found
 
 
 def load_model(reference: str | Path) -> LoadedModel:
@@ -346,10 +340,10 @@ def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Pa
     from bertforge.config import FinetuneSection
 
     # the reported loss is MNRL at the run's similarity_scale (sentence-transformers' 20 for other models)
-    section = loaded.run_settings or FinetuneSection()
+    settings = (loaded.run_settings or FinetuneSection()).embedding
     loss = "mnrl" if metric == "retrieval" else "cosine"
     return evaluate_pairs(embedder, pairs, loaded.tokenizer(), loaded.max_length, split, loss,
-                          section.similarity_scale, batch_size)
+                          settings.similarity_scale, batch_size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Spearman and MSE for regression, plus per-class precision/recall and the confusion matrix. "
                     "MODEL is a run directory, its final/, a checkpoint or a model directory; a run's model reads "
                     "the columns it was trained on (its config.yaml's finetune.text_column, text_pair_column, "
-                    "label_column, tokens_column, tags_column, negative_column and label_map) unless an option "
+                    "label_column, tagging.tokens_column, tagging.tags_column, embedding.negative_column and "
+                    "classification.label_map) unless an option "
                     "says otherwise. Prints the tables; with --out-dir also writes <split>_results.json, <split>_report.md and "
                     "<split>_confusion_matrix.png. A label the model does not know is an error naming its line. A token "
                     "classifier is scored on a tagged file (CoNLL or jsonl) with seqeval's entity-level "
@@ -40,16 +41,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="column with the label or score (default: the run's finetune.label_column, else label)")
     parser.add_argument("--tokens-column", default=None,
                         help="token classifiers, jsonl/parquet data: the column of word lists (default: the run's "
-                             "finetune.tokens_column, else tokens)")
+                             "finetune.tagging.tokens_column, else tokens)")
     parser.add_argument("--tags-column", default=None,
                         help="token classifiers, jsonl/parquet data: the column of tag lists (default: the run's "
-                             "finetune.tags_column, else tags; CoNLL files: the last column)")
+                             "finetune.tagging.tags_column, else tags; CoNLL files: the last column)")
     parser.add_argument("--negative-column", default=None,
                         help="embedding models: a column of hard negatives, added to the retrieval corpus (default: "
-                             "the run's finetune.negative_column)")
+                             "the run's finetune.embedding.negative_column)")
     parser.add_argument("--embedding-metric", choices=("retrieval", "cosine"), default=None,
                         help="embedding models: retrieval metrics or cosine-score correlation (default: cosine for "
-                             "a run trained with finetune.embedding_loss cosine, else retrieval)")
+                             "a run trained with finetune.embedding.loss cosine, else retrieval)")
     parser.add_argument("--split-name", default="evaluation", help="name used in the tables and file names")
     parser.add_argument("--out-dir", default=None, help="also write the report files into this directory")
     parser.add_argument("--overwrite", action="store_true",
@@ -62,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bertforge.console import log, stdout_console
-    from bertforge.errors import BertforgeError
-    from bertforge.inference import evaluate_file, evaluate_tagged_file
+    from bertforge.inference import kind_of_loaded
     from bertforge.output_guard import record_outputs
     from bertforge.tasks.evaluation import write_evaluation
     from bertforge.tasks.metrics import confusion_table, per_class_table
@@ -71,29 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out_dir:
         claim_report_files(args.out_dir, args.split_name, args.overwrite, [(args.data, "the --data file")])
     loaded = load_model_for(args)
-    embedder = loaded.embedding_model()
-    if embedder is not None:
-        from bertforge.inference import evaluate_pairs_file
-
-        metric = args.embedding_metric or ("cosine" if loaded.run_settings is not None
-                                           and loaded.run_settings.embedding_loss == "cosine" else "retrieval")
-        report = evaluate_pairs_file(loaded, embedder, args.data, split=args.split_name,
-                                     text_column=args.text_column, text_pair_column=args.text_pair_column,
-                                     negative_column=args.negative_column, metric=metric,
-                                     label_column=args.label_column, delimiter=args.delimiter,
-                                     batch_size=args.batch_size)
-    elif loaded.is_tagger():
-        report = evaluate_tagged_file(loaded, args.data, split=args.split_name, tokens_column=args.tokens_column,
-                                      tags_column=args.tags_column, batch_size=args.batch_size)
-    else:
-        if Path(args.data).suffix == ".txt":
-            raise BertforgeError(f"{args.data}: a .txt file holds texts without labels; evaluate a csv/tsv/jsonl/"
-                                 "parquet file with a label column (--label-column), or get the model's predictions "
-                                 f"with `bertforge predict {args.model} --input {args.data}`")
-        label_map = loaded.run_settings.label_map if loaded.run_settings is not None else None
-        report = evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
-                               text_pair_column=args.text_pair_column, label_column=args.label_column,
-                               label_map=label_map, delimiter=args.delimiter, batch_size=args.batch_size)
+    report = kind_of_loaded(loaded).evaluate(loaded, args)
     table = Table(title=f"{report.split}: {int(report.metrics['examples']):,} examples from {report.source}")
     table.add_column("metric")
     table.add_column("value", justify="right")

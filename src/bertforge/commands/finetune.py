@@ -20,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "finetune", help="fine-tune a classifier, regressor, token tagger or sentence embedder",
         description="Fine-tune sequence classification (one text or a pair, binary or multi-class, optional "
                     "class weights and label_map), regression (STS-B style) or token classification (NER-style tagging from "
-                    "CoNLL or jsonl files: finetune.task_type=token_classification) or sentence embeddings (text pairs, "
-                    "in-batch negatives over the whole global batch, or cosine regression: finetune.task_type=embedding; "
+                    "CoNLL or jsonl files: finetune.task_type=token_classification; finetune.tagging.*) or sentence embeddings (text pairs, "
+                    "in-batch negatives over the whole global batch, or cosine regression: finetune.task_type=embedding; finetune.embedding.*; "
                     "final/ is a sentence-transformers directory) from a bertforge run/checkpoint or "
                     "any Hugging Face BERT directory (model.init_from), or from scratch (model.preset + "
                     "model.tokenizer). Batches carry only real tokens. Writes a run directory with metrics, "
@@ -61,16 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def finetune_task(config: Config) -> Task:
-    """The task `finetune.task_type` asks for: a token tagger, a sentence embedder, or a sequence classifier /
-    regressor."""
-    if config.finetune.task_type == "embedding":
-        from bertforge.tasks.embedding import EmbeddingTask
+    """The Task of the kind `finetune.task_type` names (`bertforge.tasks.kinds`)."""
+    from bertforge.tasks.kinds import kind_named
 
-        return EmbeddingTask(config)
-    if config.finetune.task_type == "token_classification":
-        from bertforge.tasks.tagging import TokenClassificationTask
-
-        return TokenClassificationTask(config)
-    from bertforge.tasks.classify import ClassificationTask
-
-    return ClassificationTask(config)
+    return kind_named(config.finetune.task_type).task(config)

@@ -13,7 +13,8 @@ from bertforge.commands.common import add_command
 
 # options that default to the run's own finetune.* setting when MODEL belongs to a run (else the FinetuneSection
 # default): the columns it was trained on are the columns of the files it is used on
-RUN_SETTINGS = ("text_column", "text_pair_column", "label_column", "tokens_column", "tags_column", "negative_column")
+RUN_SETTINGS = ("text_column", "text_pair_column", "label_column", "tagging.tokens_column", "tagging.tags_column",
+                "embedding.negative_column")
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,23 +92,29 @@ def fill_from_run(args: argparse.Namespace, run_settings: Any) -> None:
 
     defaults = FinetuneSection()
     from_run = []
-    for key in RUN_SETTINGS:
+    for setting in RUN_SETTINGS:
+        key = setting.rpartition(".")[2]  # the option is --tokens-column for finetune.tagging.tokens_column
         if not hasattr(args, key) or getattr(args, key) is not None:
             continue
-        value = getattr(run_settings or defaults, key)
+        value = _dotted(run_settings or defaults, setting)
         setattr(args, key, value)
-        if value != getattr(defaults, key):
+        if value != _dotted(defaults, setting):
             from_run.append(f"--{key.replace('_', '-')} {value}")
     if from_run:
         log.info(f"from the run's config.yaml: {', '.join(from_run)}")
+
+
+def _dotted(section: Any, key: str) -> Any:
+    for name in key.split("."):
+        section = getattr(section, name)
+    return section
 
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
     from bertforge.errors import BertforgeError
     from bertforge.inference import (
-        entity_rows,
-        prediction_rows,
+        kind_of_loaded,
         read_prediction_inputs,
         texts_given,
         with_ids,
@@ -130,13 +137,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = read_prediction_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                                         id_column=args.id_column, delimiter=args.delimiter)
     split = inputs.split
-    if loaded.is_tagger():  # a token classifier: entities with character spans per text
-        if split.text_pairs is not None:
-            raise BertforgeError(f"{loaded.name} tags single texts; drop --text-pair-column / --text-pair")
-        rows = entity_rows(loaded, split.texts, args.batch_size)
-    else:
-        rows = prediction_rows(loaded, split, args.batch_size)
-    rows = with_ids(rows, inputs.ids)
+    rows = with_ids(kind_of_loaded(loaded).predict(loaded, split, args.batch_size), inputs.ids)
     if out is None:
         for row in rows:
             sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -120,9 +120,16 @@ class LabeledSplit:
         return {name: i for i, name in enumerate(self.label_names)}
 
 
+# the column keys that live in a task kind's sub-section of finetune:
+KIND_SETTINGS = {"tokens_column": "tagging", "tags_column": "tagging", "negative_column": "embedding"}
+
+
 def setting_name(key: str, cli_flags: bool) -> str:
-    """How the user sets `key`: `--text-column` on predict/evaluate's command line, else `finetune.text_column`."""
-    return f"--{key.replace('_', '-')}" if cli_flags else f"finetune.{key}"
+    """How the user sets `key`: `--text-column` on predict/evaluate's command line, else `finetune.text_column`
+    (`finetune.tagging.tokens_column` for a key of a kind's own sub-section)."""
+    if cli_flags:
+        return f"--{key.replace('_', '-')}"
+    return f"finetune.{KIND_SETTINGS[key]}.{key}" if key in KIND_SETTINGS else f"finetune.{key}"
 
 
 def _column_hint(records: Records, cli_flags: bool) -> str:
@@ -263,7 +270,7 @@ def _unknown_label(where: str, value: Any, key: str, label_set: LabelSet) -> Dat
     known = ", ".join(label_set.names[:10]) + (", ..." if len(label_set) > 10 else "")
     return DataError(f"{where}: label {shown} is not one of the {len(label_set)} labels of {label_set.origin} "
                      f"({known}); fix the row, add it to finetune.labels, or merge it into a known label with "
-                     "finetune.label_map")
+                     "finetune.classification.label_map")
 
 
 @dataclass
@@ -289,17 +296,14 @@ class LabeledData:
 
 
 def _checked_label_config(section: FinetuneSection) -> LabelSet | None:
-    if section.task_type == "regression":
-        if section.labels or section.label_map or section.class_weights:
-            raise ConfigError("finetune.labels, label_map and class_weights apply to classification only; "
-                              "remove them or set finetune.task_type: classification")
+    if section.task_type == "regression":  # FinetuneSection refuses labels and finetune.classification.* for it
         return None
     if not section.labels:
         return None
     label_set = LabelSet(section.labels)
-    for raw, target in section.label_map.items():
+    for raw, target in section.classification.label_map.items():
         if label_set.id_of(str(target)) is None:
-            raise ConfigError(f"finetune.label_map maps {raw!r} to {target!r}, which is not in finetune.labels "
+            raise ConfigError(f"finetune.classification.label_map maps {raw!r} to {target!r}, which is not in finetune.labels "
                               f"({', '.join(label_set.names)}); fix the map or the list")
     return label_set
 
@@ -309,7 +313,7 @@ def load_labeled_data(section: FinetuneSection) -> LabeledData:
     if not section.train_file:
         raise ConfigError("finetune.train_file is not set; give a csv/tsv/jsonl/parquet file, a saved Hugging "
                           "Face dataset directory or a hub name")
-    read = functools.partial(read_labeled_split, task_type=section.task_type, label_map=section.label_map,
+    read = functools.partial(read_labeled_split, task_type=section.task_type, label_map=section.classification.label_map,
                              columns=Columns(section.text_column, section.text_pair_column, section.label_column),
                              delimiter=section.delimiter)
     train = read(section.train_file, labels=_checked_label_config(section), split="train")
@@ -317,12 +321,12 @@ def load_labeled_data(section: FinetuneSection) -> LabeledData:
     fixed = LabelSet(train.label_names, origin) if section.task_type == "classification" else None
     validation = read(section.validation_file, labels=fixed, split="validation") if section.validation_file else None
     test = read(section.test_file, labels=fixed, split="test") if section.test_file else None
-    weights = list(section.class_weights) or None
+    weights = list(section.classification.class_weights) or None
     if weights is not None:
         if len(weights) != train.num_labels:
-            raise ConfigError(f"finetune.class_weights has {len(weights)} values but there are {train.num_labels} "
+            raise ConfigError(f"finetune.classification.class_weights has {len(weights)} values but there are {train.num_labels} "
                               f"labels ({', '.join(train.label_names)}); give one weight per label, in that order")
         if any(not math.isfinite(w) or w < 0 for w in weights):
-            raise ConfigError(f"finetune.class_weights {weights} must be finite and >= 0")
+            raise ConfigError(f"finetune.classification.class_weights {weights} must be finite and >= 0")
     return LabeledData(train, validation, test, weights)
 

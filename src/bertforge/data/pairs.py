@@ -1,9 +1,9 @@
 """Text pairs for sentence-embedding fine-tuning, read strictly and tokenized once, batched unpadded.
 
-Two shapes of rows (`finetune.embedding_loss`):
+Two shapes of rows (`finetune.embedding.loss`):
 
 * mnrl: an anchor (`finetune.text_column`), its positive (`finetune.text_pair_column`) and an
-  optional hard negative (`finetune.negative_column`), as sentence-transformers' (anchor, positive,
+  optional hard negative (`finetune.embedding.negative_column`), as sentence-transformers' (anchor, positive,
   negative) datasets;
 * cosine: two texts and a similarity score (`finetune.label_column`), as STS-B.
 
@@ -90,17 +90,18 @@ class PairData:
 
 
 def pair_columns(section: FinetuneSection) -> PairColumns:
-    """The columns `finetune.*` names for its `embedding_loss`."""
+    """The columns `finetune.*` names for its `embedding.loss`."""
+    settings = section.embedding
     if section.text_pair_column is None:
-        what = "positive" if section.embedding_loss == "mnrl" else "second"
+        what = "positive" if settings.loss == "mnrl" else "second"
         raise ConfigError(f"embedding fine-tuning reads pairs: set finetune.text_pair_column to the column of the "
                           f"{what} text (finetune.text_column holds the {'anchor' if what == 'positive' else 'first'})")
-    if section.embedding_loss == "cosine":
-        if section.negative_column is not None:
-            raise ConfigError("finetune.negative_column is for embedding_loss=mnrl; the cosine loss scores pairs "
-                              "(finetune.label_column); remove it or set finetune.embedding_loss=mnrl")
+    if settings.loss == "cosine":
+        if settings.negative_column is not None:
+            raise ConfigError("finetune.embedding.negative_column is for embedding.loss=mnrl; the cosine loss scores "
+                              "pairs (finetune.label_column); remove it or set finetune.embedding.loss=mnrl")
         return PairColumns(section.text_column, section.text_pair_column, score=section.label_column)
-    return PairColumns(section.text_column, section.text_pair_column, negative=section.negative_column)
+    return PairColumns(section.text_column, section.text_pair_column, negative=settings.negative_column)
 
 
 def load_pair_data(section: FinetuneSection) -> PairData:

@@ -9,8 +9,8 @@ The token-level sibling of `bertforge.data.labels`. Formats:
   same number of columns. Read without tags (prediction input), a file may have one column.
 - JSON lines (`.jsonl`, `.json`, optionally `.gz`), parquet, and Hugging Face datasets (a directory
   saved with `save_to_disk`, or `hf:NAME[:CONFIG][@SPLIT]`), read through
-  `bertforge.data.records`: one sentence per row, `finetune.tokens_column` a list of words and
-  `finetune.tags_column` a list of as many tags. Tags are names, or integer ids: the names of a
+  `bertforge.data.records`: one sentence per row, `finetune.tagging.tokens_column` a list of words and
+  `finetune.tagging.tags_column` a list of as many tags. Tags are names, or integer ids: the names of a
   dataset's `Sequence(ClassLabel)` feature when it has one, else ids into `finetune.labels` (or, in
   `read_tagged_split`, into the given tag list).
 
@@ -30,7 +30,7 @@ file:line, what is wrong and what to do.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -352,7 +352,7 @@ def read_tagged_file(source: str | Path, *, tokens_column: str = "tokens", tags_
 
     `split` picks the split of a saved DatasetDict or hub dataset. `id_names` names integer tag ids
     (`finetune.labels`); a dataset's `Sequence(ClassLabel)` names take precedence. `cli_flags`:
-    errors name `--tokens-column`, not `finetune.tokens_column`. Tags are checked against
+    errors name `--tokens-column`, not `finetune.tagging.tokens_column`. Tags are checked against
     `TAG_PATTERN` but not against a tag list.
     """
     id_tags = TagSet(id_names, "finetune.labels") if id_names is not None else None
@@ -427,22 +427,11 @@ class TaggedData:
         return self.train.tag_names
 
 
-def _check_unused_settings(section: FinetuneSection) -> None:
-    # classification's label settings have no meaning per word; silently ignoring them would train
-    # something other than what the config says
-    unused: Mapping[str, Any] = {"label_map": section.label_map, "class_weights": section.class_weights}
-    given = [f"finetune.{key}" for key, value in unused.items() if value]
-    if given:
-        raise ConfigError(f"{' and '.join(given)} apply to (sequence) classification only; remove them for "
-                          "finetune.task_type: token_classification")
-
-
 def load_tagged_data(section: FinetuneSection, tokens_column: str, tags_column: str) -> TaggedData:
     """Read the train/validation/test splits a `finetune:` section names (paths already resolved)."""
     if not section.train_file:
         raise ConfigError("finetune.train_file is not set; give a CoNLL file (.conll/.iob/.bio/.txt), a "
                           "jsonl/parquet file, a saved Hugging Face dataset directory or a hub name")
-    _check_unused_settings(section)
     configured = _configured_tags(section.labels) if section.labels else None
 
     def read(source: str, split: str, tag_set: TagSet | None) -> TaggedSplit:

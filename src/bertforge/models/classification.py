@@ -69,6 +69,39 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
             output.correct = (logits.argmax(dim=-1) == labels).sum()
         return output
 
+    head_kind = "classification"
+
+    @classmethod
+    def for_head(cls, config: EncoderConfig, *, num_labels: int | None = None, problem_type: str = "classification",
+                 label_names: list[str] | None = None, **_: object) -> BertforgeForSequenceClassification:
+        if problem_type == "classification" and num_labels is None:
+            if not label_names:
+                raise ConfigError("a classifier needs its labels: set finetune.labels or let them be read from the "
+                                  "train file")
+            num_labels = len(label_names)
+        return cls(config, num_labels or 1, problem_type, label_names)
+
+    def pooler_module(self) -> nn.Module | None:
+        return self.head.pooler
+
+    def copy_head_from(self, source: object) -> None:
+        # the head reads what the pooling gives it: a [CLS] head is no mean-pooling head
+        if isinstance(source, BertforgeForSequenceClassification) and source.config.pooling == self.config.pooling:
+            super().copy_head_from(source)
+
+    def _copy_own_head(self, source: BertforgeForSequenceClassification) -> None:
+        self.head.load_state_dict(source.head.state_dict())
+
+    def hf_config_extras(self) -> dict[str, object]:
+        return label_config(self.label_names, self.num_labels) | {
+            "problem_type": "regression" if self.problem_type == "regression" else "single_label_classification"}
+
     def head_arguments(self) -> dict[str, object]:
         return {"num_labels": self.num_labels, "problem_type": self.problem_type, "label_names": self.label_names}
+
+
+def label_config(label_names: list[str] | None, num_labels: int) -> dict[str, object]:
+    """`id2label` / `label2id` of a Hugging Face config.json (`LABEL_i` for unnamed labels, as transformers does)."""
+    names = label_names or [f"LABEL_{i}" for i in range(num_labels)]
+    return {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
 

@@ -10,6 +10,9 @@ micro-batch does not see.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,5 +47,37 @@ class BertforgeForEmbedding(SavableModel, nn.Module):
         embeddings = pool(hidden, packed.cu_seqlens, self.config.pooling)
         return F.normalize(embeddings, dim=-1) if self.normalize else embeddings
 
+    head_kind = "embedding"
+    output_name = "last_hidden_state"  # ONNX holds the transformer; the vectors are pooled from its states
+
+    @classmethod
+    def for_head(cls, config: EncoderConfig, *, normalize: bool = False, **_: object) -> BertforgeForEmbedding:
+        return cls(config, normalize)
+
+    @classmethod
+    def source_overrides(cls, source: Any, path: Path, overrides: dict[str, object]) -> dict[str, object]:
+        return overrides if "pooling" in overrides else overrides | {"pooling": embedding_pooling(source, path)}
+
+    def pooler_module(self) -> nn.Module | None:
+        return self.encoder.pooler  # kept from the source for export only; the vectors do not use it
+
     def head_arguments(self) -> dict[str, object]:
         return {"normalize": self.normalize, "pooler": self.encoder.pooler is not None}
+
+
+def embedding_pooling(source: Any, path: Path) -> str:
+    """How a model's token states become one vector when nothing says otherwise: an embedding model's own
+    pooling, a sentence-transformers directory's (its 1_Pooling/config.json), else the token mean."""
+    from bertforge.models.sentence_transformers_format import read_sentence_transformers
+
+    if isinstance(source, BertforgeForEmbedding):
+        return source.config.pooling
+    settings = read_sentence_transformers(path)
+    if settings is None:
+        return "mean"
+    problem = settings.unsupported()
+    if problem is not None:
+        raise ConfigError(f"{path} is a sentence-transformers model bertforge cannot reproduce: {problem}; set "
+                          "model.pooling (mean, cls or last) to start from its transformer alone")
+    assert settings.pooling is not None
+    return settings.pooling

@@ -195,5 +195,18 @@ class BertforgeModel(SavableModel, nn.Module):
         return self.encode(pack_inputs(input_ids, cu_seqlens, max_seqlen, position_ids, token_type_ids,
                                        attention_mask))
 
+    head_kind = "base"
+    output_name = "last_hidden_state"
+
+    @classmethod
+    def for_head(cls, config: EncoderConfig, *, source_pooler: bool = False, **_: object) -> BertforgeModel:
+        return cls(config, pooler=source_pooler)
+
+    def encoder_model(self) -> BertforgeModel:
+        return self
+
+    def pooler_module(self) -> nn.Module | None:
+        return self.pooler
+
     def head_arguments(self) -> dict[str, object]:
         return {"pooler": True} if self.pooler is not None else {}

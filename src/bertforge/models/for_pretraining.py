@@ -81,6 +81,27 @@ class BertforgeForPreTraining(SavableModel, nn.Module):
             output.nsp_correct = (nsp_logits.argmax(dim=-1) == next_sentence_label).sum()
         return output
 
+    head_kind = "pretraining"
+
+    @classmethod
+    def for_head(cls, config: EncoderConfig, *, nsp: bool = False, **_: object) -> BertforgeForPreTraining:
+        return cls(config, nsp=nsp)
+
+    @property  # type: ignore[override]
+    def output_name(self) -> str:  # BertForPreTraining's output names the MLM logits prediction_logits
+        return "prediction_logits" if self.nsp else "logits"
+
+    def pooler_module(self) -> nn.Module | None:
+        return self.nsp_head.pooler if self.nsp_head is not None else None
+
+    def copy_head_from(self, source: object) -> None:
+        """The MLM head always (its shape follows the encoder's), the NSP head when both have one."""
+        if not isinstance(source, BertforgeForPreTraining):
+            return
+        self.mlm_head.load_state_dict(source.mlm_head.state_dict())
+        if source.nsp_head is not None and self.nsp_head is not None:
+            self.nsp_head.load_state_dict(source.nsp_head.state_dict())
+
     def head_arguments(self) -> dict[str, object]:
         return {"nsp": self.nsp}
 

@@ -22,9 +22,10 @@ import transformers
 from torch import nn
 
 from bertforge.console import log
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, ConfigError
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
+from bertforge.models.embedding import BertforgeForEmbedding
 from bertforge.models.encoder import BertforgeModel
 from bertforge.models.families import (
     CLASS_FAMILY,
@@ -45,8 +46,8 @@ from bertforge.models.token_classification import BertforgeForTokenClassificatio
 from bertforge.size_limits import check_model_fits
 
 BertforgeAny = (BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
-                | BertforgeForTokenClassification)
-TASKS = ("auto", "base", "pretraining", "classification", "token_classification")
+                | BertforgeForTokenClassification | BertforgeForEmbedding)
+TASKS = ("auto", "base", "pretraining", "classification", "token_classification")  # the heads HF classes hold
 
 # HF class -> the task it is imported as by default (task="auto")
 IMPORTABLE_CLASSES = {name: family.classes[name] for name, family in CLASS_FAMILY.items()}
@@ -61,23 +62,12 @@ def hf_family(config: EncoderConfig) -> tuple[str | None, str]:
     return (family.name if family is not None else None), reason
 
 
-def head_kind(model: BertforgeAny) -> str:
-    """What a bertforge model is, for choosing its HF class (`families.family.HEAD_KINDS`)."""
-    if isinstance(model, BertforgeModel):
-        return "base"
-    if isinstance(model, BertforgeForPreTraining):
-        return "pretraining"
-    if isinstance(model, BertforgeForTokenClassification):
-        return "token_classification"
-    return "classification"
-
-
 def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
     """The stock `transformers` class that can hold `model` exactly, or (None, the reason)."""
     family, reason = family_for_config(model.config)
     if family is None:
         return None, reason
-    return family.class_for(head_kind(model), model)
+    return family.class_for(model.head_kind, model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,13 +92,7 @@ def hf_config_for(model: BertforgeAny, hf_class: str,
                   special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
     common: dict[str, object] = {"architectures": [hf_class], "tie_word_embeddings": model.config.tie_word_embeddings,
                                  "pad_token_id": special_tokens.get("pad", 0)}
-    if isinstance(model, BertforgeForSequenceClassification | BertforgeForTokenClassification):
-        names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
-        common["id2label"] = dict(enumerate(names))
-        common["label2id"] = {name: i for i, name in enumerate(names)}
-    if isinstance(model, BertforgeForSequenceClassification):
-        common["problem_type"] = ("regression" if model.problem_type == "regression"
-                                  else "single_label_classification")
+    common |= model.hf_config_extras()
     return family_of_class(hf_class).config_to_hf(model.config, common, special_tokens)
 
 
@@ -148,29 +132,28 @@ def from_hf(hf_model: nn.Module, task: str = "auto", *, num_labels: int | None =
 def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.PretrainedConfig, task: str, *,
                num_labels: int | None, problem_type: str | None, label_names: list[str] | None,
                nsp: bool | None, pooler: bool) -> BertforgeAny:
-    if task == "base":
-        return BertforgeModel(config, pooler=pooler)
-    if task == "pretraining":
-        # a checkpoint with an NSP head keeps it (BertForPreTraining); a masked-LM one has none
-        nsp_in_checkpoint = any(key.startswith("nsp_head.") for key, _ in family_of_class(hf_class).head_keys[hf_class])
-        return BertforgeForPreTraining(config, nsp=nsp_in_checkpoint if nsp is None else nsp)
-    if hf_class.endswith("ForTokenClassification") or hf_class.endswith("ForSequenceClassification"):
+    """A fresh model of `task`'s class with the head options the checkpoint implies where none is given: its
+    label count and names, its problem type, whether it has an NSP head."""
+    from bertforge.models.loading import MODEL_FOR_HEAD
+
+    family = family_of_class(hf_class)
+    if hf_class.endswith(("ForTokenClassification", "ForSequenceClassification")):  # config.json names its labels
         if num_labels is None:
             num_labels = hf_config.num_labels
         if label_names is None:
             names = [hf_config.id2label[i] for i in range(hf_config.num_labels)]
             label_names = None if names == [f"LABEL_{i}" for i in range(len(names))] else names
-    if task == "token_classification":
-        if num_labels is None:
-            raise BertforgeError(f"{hf_class} has no token classifier: give num_labels (or tag names) for the new head")
-        return BertforgeForTokenClassification(config, num_labels, label_names)
-    if hf_class.endswith("ForSequenceClassification"):
+    if problem_type is None and hf_class.endswith("ForSequenceClassification"):
         hf_problem = getattr(hf_config, "problem_type", None)
-        if problem_type is None:
-            problem_type = "regression" if hf_problem == "regression" or hf_config.num_labels == 1 else "classification"
-    if num_labels is None and problem_type != "regression":
-        raise BertforgeError(f"{hf_class} has no classifier: give num_labels (or label names) for the new head")
-    return BertforgeForSequenceClassification(config, num_labels or 1, problem_type or "classification", label_names)
+        problem_type = "regression" if hf_problem == "regression" or hf_config.num_labels == 1 else "classification"
+    if nsp is None:  # a checkpoint with an NSP head keeps it (BertForPreTraining); a masked-LM one has none
+        nsp = any(key.startswith("nsp_head.") for key, _ in family.head_keys[hf_class])
+    try:
+        return MODEL_FOR_HEAD[task].for_head(config, source_pooler=pooler, nsp=nsp, num_labels=num_labels,
+                                             problem_type=problem_type or "classification", label_names=label_names)
+    except ConfigError as error:
+        raise BertforgeError(f"{hf_class} has no such head ({error}): give num_labels (or label names) for the "
+                             "new head") from None
 
 
 def _import_pairs(model: BertforgeAny) -> list[KeyPair]:
@@ -182,10 +165,10 @@ def _import_pairs(model: BertforgeAny) -> list[KeyPair]:
     family, reason = family_for_config(model.config)
     if family is None:
         raise BertforgeError(f"cannot map {type(model).__name__} to a Hugging Face family: {reason}")
-    if isinstance(model, BertforgeModel):
-        bare = family.encoder_keys(model.config, model.pooler is not None)
+    if model.encoder_model() is model:  # a bare encoder
+        bare = family.encoder_keys(model.config, model.pooler_module() is not None)
         return [family.in_head_layout(pair) for pair in bare]
-    kind = head_kind(model)
+    kind = model.head_kind
     hf_class, _ = family.class_for(kind, model)
     if hf_class is None:  # no exact stock class: the family's class of the same head kind maps what it holds
         hf_class = next((name for name, holds in family.classes.items() if holds == kind), None)
@@ -213,7 +196,7 @@ def load_converted_state(model: BertforgeAny, hf_state: dict[str, torch.Tensor],
     _, tied = untied_state_dict(model)
     model.load_state_dict(converted, strict=False)
     fresh = [key for key in ours if key not in converted and key not in tied]
-    encoder_fresh = [key for key in fresh if key.startswith("encoder.") or isinstance(model, BertforgeModel)]
+    encoder_fresh = [key for key in fresh if key.startswith("encoder.") or model.encoder_model() is model]
     if encoder_fresh:
         raise BertforgeError(f"{source}: the checkpoint lacks encoder weights {encoder_fresh[:3]}; "
                              "it is incomplete or not a BERT/ModernBERT checkpoint")
@@ -363,7 +346,7 @@ def to_hf_model(model: BertforgeAny, special_tokens: dict[str, int] | None = Non
         raise BertforgeError(f"no stock transformers class for this model: {reason}")
     hf_config = hf_config_for(model, hf_class, special_tokens or {})
     family = family_of_class(hf_class)
-    pooler = isinstance(model, BertforgeModel) and model.pooler is not None
+    pooler = model.encoder_model() is model and model.pooler_module() is not None
     hf_model = family.build_hf_model(getattr(transformers, hf_class), hf_config, pooler)
     ours = model.state_dict()
     converted: dict[str, torch.Tensor] = {}

@@ -18,7 +18,7 @@ import pickle
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from safetensors import SafetensorError
@@ -54,7 +54,16 @@ MODEL_CLASSES: dict[str, type[torch.nn.Module]] = {}
 
 class SavableModel:
     """`save_pretrained(dir)` / `from_pretrained(dir)` for the bertforge models; subclassing registers
-    the class under its name (wrappers made at run time, e.g. FSDP2's, are not registered)."""
+    the class under its name (wrappers made at run time, e.g. FSDP2's, are not registered).
+
+    Each model class also says, in one place, what the loader and the HF exporter need to know about
+    its head (so they look it up instead of branching on the class): `head_kind` (the key of
+    `MODEL_FOR_HEAD` and of each family's class table), `for_head` (a fresh model of this kind on an
+    encoder config), `pooler_module`, `copy_head_from`, `hf_config_extras` and `output_name`.
+    """
+
+    head_kind: ClassVar[str] = ""  # base | pretraining | classification | token_classification | embedding
+    output_name: ClassVar[str] = "logits"  # the stock transformers output field that matches ours (ONNX export)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -68,6 +77,37 @@ class SavableModel:
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path) -> ModelT:
         return load_bertforge_model(directory, expected_class=cls)
+
+    @classmethod
+    def for_head(cls, config: EncoderConfig, **options: Any) -> Any:
+        """A fresh model of this kind on `config`; `options` are the head's (labels, nsp, normalize, ...),
+        and a class ignores the options of other kinds."""
+        raise NotImplementedError
+
+    @classmethod
+    def source_overrides(cls, source: Any, path: Path, overrides: dict[str, object]) -> dict[str, object]:
+        """The encoder settings a model of this kind takes from the model it starts from (`load_for_task`)."""
+        return overrides
+
+    def encoder_model(self) -> Any:
+        """The bare encoder inside (the encoder itself for `BertforgeModel`)."""
+        return self.encoder  # type: ignore[attr-defined]
+
+    def pooler_module(self) -> torch.nn.Module | None:
+        """BERT's tanh pooler, where this model keeps one (carried from model to model by `load_for_task`)."""
+        return None
+
+    def copy_head_from(self, source: Any) -> None:
+        """Take `source`'s head when it is the same head (same class, same shape); else keep the fresh one."""
+        if type(source) is type(self) and source.head_arguments() == self.head_arguments():  # type: ignore[attr-defined]
+            self._copy_own_head(source)
+
+    def _copy_own_head(self, source: Any) -> None:
+        """Copy the head weights of a model of this same class and shape."""
+
+    def hf_config_extras(self) -> dict[str, object]:
+        """What this head adds to a Hugging Face config.json (label names, problem type)."""
+        return {}
 
 
 def is_bertforge_model_dir(path: str | Path) -> bool:

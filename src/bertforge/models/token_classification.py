@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.errors import ConfigError
+from bertforge.models.classification import label_config
 from bertforge.models.config import EncoderConfig
 from bertforge.models.dropout import Dropout
 from bertforge.models.encoder import BertforgeModel, pack_inputs
@@ -67,6 +68,22 @@ class BertforgeForTokenClassification(SavableModel, nn.Module):
         labeled = labels != IGNORED_LABEL
         output.correct = (logits.argmax(dim=-1)[labeled] == labels[labeled]).sum()
         return output
+
+    head_kind = "token_classification"
+
+    @classmethod
+    def for_head(cls, config: EncoderConfig, *, num_labels: int | None = None, label_names: list[str] | None = None,
+                 **_: object) -> BertforgeForTokenClassification:
+        if not label_names and num_labels is None:
+            raise ConfigError("a token classifier needs its tags: set finetune.labels or let them be read from the "
+                              "train file")
+        return cls(config, num_labels or len(label_names or []), label_names)
+
+    def _copy_own_head(self, source: BertforgeForTokenClassification) -> None:
+        self.classifier.load_state_dict(source.classifier.state_dict())
+
+    def hf_config_extras(self) -> dict[str, object]:
+        return label_config(self.label_names, self.num_labels)
 
     def head_arguments(self) -> dict[str, object]:
         return {"num_labels": self.num_labels, "label_names": self.label_names}

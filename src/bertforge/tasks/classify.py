@@ -15,43 +15,30 @@ run directory) and exports `final/` in Hugging Face format with the label names,
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from bertforge.batch import model_inputs
-from bertforge.config import Config, FinetuneSection
+from bertforge.config import Config
 from bertforge.console import console, log
-from bertforge.data.labeled import LabeledDataset, collate_unpadded
-from bertforge.data.labels import LabeledData, LabeledSplit, load_labeled_data
-from bertforge.data.validation_subset import (
-    ValidationSubset,
-    final_splits_with_validation,
-    sample_rows,
-    subset_of_split,
-)
-from bertforge.errors import ConfigError
-from bertforge.locate import resolve_data_file, resolve_model, resolve_model_path, tokenizer_dir_for
-from bertforge.tasks.evaluation import (
-    EvaluationReport,
-    classification_loss,
-    evaluate_dataset,
-    metrics_line,
-    outputs_of,
-    write_evaluation,
-)
-from bertforge.tasks.metrics import best_mode, compute_metrics, metric_names
-from bertforge.train.task import Batch, Task, TaskData
+from bertforge.data.labeled import LabeledDataset
+from bertforge.data.labels import LabeledData, LabeledSplit
+from bertforge.data.validation_subset import final_splits_with_validation
+from bertforge.locate import resolve_model
+from bertforge.tasks.evaluation import EvaluationReport, classification_loss, evaluate_dataset, outputs_of
+from bertforge.tasks.finetune_base import FinetuneTask
+from bertforge.tasks.kinds.classification import KIND
+from bertforge.tasks.metrics import compute_metrics
+from bertforge.train.task import Batch, TaskData
 
 LOSS_UNIT = "examples"
 PRINTED_CONFUSION_CLASSES = 12  # larger confusion matrices go to the report file and the PNG only
 
 
-class ClassificationTask(Task):
+class ClassificationTask(FinetuneTask):
     """Fine-tune a classifier / regressor on `finetune.*` data, from `model.init_from` or from scratch.
 
     `data` and `final_splits` let a caller (the GLUE runner) bring splits read its own way:
@@ -65,45 +52,11 @@ class ClassificationTask(Task):
         self.labeled = data
         self.explicit_final_splits = dict(final_splits) if final_splits is not None else None
         self.class_weights: torch.Tensor | None = None
-        self._tokenizer_dir: Path | None = None
-        self.validation_subset: ValidationSubset | None = None
-        self.validation_rows: Any = None  # the split (or subset) the evaluations during training score
 
     # --- data -----------------------------------------------------------------------------------
 
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.config.run.output_dir) / self.config.run.name
-
-    def tokenizer_dir(self) -> Path:
-        """`model.tokenizer`, else the tokenizer that comes with `model.init_from`; found once (every
-        checkpoint's model directory copies it, and resolving `init_from` may read run configs)."""
-        if self._tokenizer_dir is None:
-            self._tokenizer_dir = self._find_tokenizer_dir()
-        return self._tokenizer_dir
-
-    def _find_tokenizer_dir(self) -> Path:
-        section = self.config.model
-        if section.tokenizer:
-            return resolve_model_path(section.tokenizer)
-        if section.init_from:
-            found = tokenizer_dir_for(resolve_model(section.init_from))
-            if found is not None:
-                return found
-            raise ConfigError(f"model.init_from {section.init_from} comes without a tokenizer; set model.tokenizer "
-                              "to the tokenizer directory it was trained with")
-        raise ConfigError("a model trained from scratch needs model.tokenizer (a tokenizer directory, e.g. from "
-                          "`bertforge tokenizer train`), or set model.init_from to a pre-trained model")
-
-    def _with_resolved_files(self) -> FinetuneSection:
-        """`finetune.*` with its data files resolved (bundled sample names, `~`, fsspec URLs)."""
-        section = self.config.finetune
-        return dataclasses.replace(section, train_file=resolve_data_file(section.train_file),
-                                   validation_file=resolve_data_file(section.validation_file),
-                                   test_file=resolve_data_file(section.test_file))
-
     def _read_data(self) -> LabeledData:
-        return load_labeled_data(self._with_resolved_files())
+        return KIND.read(self._with_resolved_files())
 
     def build_datasets(self) -> TaskData:
         if self.labeled is None:
@@ -124,44 +77,8 @@ class ClassificationTask(Task):
         kind = "regression" if data.task_type == "regression" else f"{data.num_labels} classes"
         log.info(f"fine-tuning data: {len(train):,} training examples ({train.num_tokens / len(train):.1f} tokens "
                  f"on average, no padding), {len(validation) if validation else 0:,} validation, {kind}")
-        return TaskData(train=train, collate=collate_unpadded, validation=validation,
+        return TaskData(train=train, collate=KIND.collate, validation=validation,
                         tokens_per_sample=train.num_tokens / len(train))
-
-    def draw_validation(self, split: Any, strata: Sequence[Hashable] | None, stratified_by: str) -> Any:
-        """The rows of the validation split that evaluations score: `data.validation_samples` of them as a
-        seeded sample, stratified by `strata` (one key per row) when given; all of them without a cap."""
-        limit, seed = self.config.data.validation_samples, self.config.run.seed
-        rows = sample_rows(len(split), limit, seed, strata)
-        self.validation_subset = ValidationSubset(rows, len(split), seed,
-                                                  stratified_by if strata is not None else None)
-        if not self.validation_subset.is_whole_split:
-            log.info(f"validation: {len(rows):,} of {len(split):,} rows (data.validation_samples), a seeded "
-                     f"{'sample stratified by ' + stratified_by if strata is not None else 'sample'}")
-        return subset_of_split(split, self.validation_subset)
-
-    def report_of(self, report: EvaluationReport, split: Any) -> EvaluationReport:
-        """A final evaluation's report, with the checkpoint it scored, saying so when it scored the rows that
-        chose the checkpoint."""
-        report = dataclasses.replace(report, checkpoint=self.final_checkpoint)
-        if split is self.validation_rows and self.validation_subset is not None:
-            return dataclasses.replace(report, subset=self.validation_subset.describe())
-        return report
-
-    def _check_best_metric(self) -> None:
-        """Before the first step: a misspelt or wrong-way `train.best_metric` is a config error, not a
-        run that keeps the wrong checkpoint. Needs the data read (`metric_names` depends on it)."""
-        metric = self.config.train.best_metric
-        if metric is None:
-            return
-        available = self.metric_names()
-        if metric not in available:
-            raise ConfigError(f"train.best_metric is {metric!r}, which {self.config.finetune.task_type} evaluation "
-                              "does not report; "
-                              f"choose one of {', '.join(sorted(available))}")
-        if self.config.train.best_mode != best_mode(metric):  # it would keep the worst checkpoint
-            raise ConfigError(f"train.best_mode is {self.config.train.best_mode} but a better {metric} is "
-                              f"{'larger' if best_mode(metric) == 'max' else 'smaller'}; set "
-                              f"train.best_mode={best_mode(metric)}")
 
     # --- model ----------------------------------------------------------------------------------
 
@@ -180,12 +97,6 @@ class ClassificationTask(Task):
         self._check_positions(model)
         return model
 
-    def _check_positions(self, model: nn.Module) -> None:
-        positions = model.config.max_position_embeddings
-        if model.config.position == "learned" and self.config.finetune.max_length > positions:
-            raise ConfigError(f"finetune.max_length is {self.config.finetune.max_length} but the model has learned "
-                              f"positions for {positions} tokens; set finetune.max_length <= {positions}")
-
     def _model_from(self, reference: str, task_type: str, num_labels: int, label_names: list[str] | None) -> nn.Module:
         """The encoder (and BERT's pooler) of any saved model, with a fresh head for our labels."""
         from bertforge.models.loading import load_for_task, runtime_overrides
@@ -195,12 +106,6 @@ class ClassificationTask(Task):
             hint_sentence_transformers_pooling(location.path)
         return load_for_task(location.path, "classification", num_labels=num_labels, problem_type=task_type,
                              label_names=label_names, config_overrides=runtime_overrides(self.config.model))
-
-    def save_model(self, model: nn.Module, directory: Path) -> None:
-        """The model directory of a checkpoint: bertforge's format, with the tokenizer."""
-        from bertforge.models import save_bertforge_model
-
-        save_bertforge_model(model, directory, self.tokenizer_dir())
 
     # --- training -------------------------------------------------------------------------------
 
@@ -224,7 +129,7 @@ class ClassificationTask(Task):
 
     def metric_names(self) -> set[str]:
         assert self.labeled is not None
-        return metric_names(self.labeled.task_type, self.labeled.num_labels) | {"loss"}
+        return KIND.metric_names(self.config.finetune, self.labeled)
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
         assert self.labeled is not None
@@ -234,14 +139,6 @@ class ClassificationTask(Task):
         predictions = logits.squeeze(-1).numpy() if task_type == "regression" else logits.numpy()
         metrics = compute_metrics(task_type, predictions, labels.numpy(), self.labeled.label_names)
         return metrics | {"loss": classification_loss(task_type, logits, labels)}
-
-    def flops_per_token(self, model: nn.Module) -> float | None:
-        """6 x the parameters a token passes through (the word-embedding lookup is not a matmul)."""
-        encoder = getattr(model, "encoder", None)
-        if encoder is None:
-            return None
-        embedded = encoder.embeddings.word_embeddings.weight.numel()
-        return 6.0 * (sum(p.numel() for p in model.parameters()) - embedded)
 
     # --- the end --------------------------------------------------------------------------------
 
@@ -254,24 +151,17 @@ class ClassificationTask(Task):
         assert self.labeled is not None
         return final_splits_with_validation(self.labeled.test, self.labeled.validation, self.validation_rows)
 
-    def save_final(self, model: nn.Module, directory: Path) -> None:
-        """Evaluate the final splits with the (best) model, then export `final/` in Hugging Face format."""
-        from bertforge.models.hf import export_hf
+    def evaluate_split(self, model: nn.Module, name: str, split: LabeledSplit) -> EvaluationReport:
+        dataset = LabeledDataset(split, self.tokenizer_dir(), self.config.finetune.max_length)
+        return evaluate_dataset(model, dataset, name, self.config.train.micro_batch_size)
 
-        model.eval()
-        tokenizer = self.tokenizer_dir()
-        for name, split in self.final_splits().items():
-            dataset = LabeledDataset(split, tokenizer, self.config.finetune.max_length)
-            report = self.report_of(evaluate_dataset(model, dataset, name, self.config.train.micro_batch_size), split)
-            written = write_evaluation(report, directory.parent)
-            log.info(f"{name} ({len(dataset):,} examples): {metrics_line(report.metrics)}")
-            log.info(f"{name} report: {', '.join(str(p) for p in written)}")
-            if report.confusion is not None and len(report.label_names) <= PRINTED_CONFUSION_CLASSES:
-                from bertforge.tasks.metrics import confusion_table, per_class_table
+    def show_report(self, report: EvaluationReport) -> None:
+        if report.confusion is not None and len(report.label_names) <= PRINTED_CONFUSION_CLASSES:
+            from bertforge.tasks.metrics import confusion_table, per_class_table
 
-                console.print(per_class_table(report.per_class, title=f"{name}: per-class metrics"))
-                console.print(confusion_table(report.confusion, report.label_names, title=f"{name}: confusion matrix"))
-        export_hf(model, tokenizer, directory)
+            console.print(per_class_table(report.per_class, title=f"{report.split}: per-class metrics"))
+            console.print(confusion_table(report.confusion, report.label_names,
+                                          title=f"{report.split}: confusion matrix"))
 
 
 def warn_suspicious_labels(train: LabeledSplit) -> None:
@@ -283,7 +173,7 @@ def warn_suspicious_labels(train: LabeledSplit) -> None:
     ids = Counter(train.labels)
     counts = {name: ids.get(index, 0) for index, name in enumerate(train.label_names) if ids.get(index, 0)}
     for sentence in suspicious_labels(counts):
-        log.warning(f"{train.source}: {sentence}; fix the label, merge it with finetune.label_map, or drop the row")
+        log.warning(f"{train.source}: {sentence}; fix the label, merge it with finetune.classification.label_map, or drop the row")
 
 
 def hint_sentence_transformers_pooling(path: Path) -> None:

@@ -1,12 +1,11 @@
 """Sentence-embedding fine-tuning (`finetune.task_type: embedding`): contrastive or cosine-regression.
 
-A `ClassificationTask` in everything but the data, the model and the loss: the same tokenizer and
-model reference resolution (`model.init_from`: all-MiniLM-L6-v2, a pre-training run, a checkpoint,
+A sibling of the other kinds on `FinetuneTask`, with the same tokenizer and model reference resolution (`model.init_from`: all-MiniLM-L6-v2, a pre-training run, a checkpoint,
 an HF or sentence-transformers directory, whose pooling is read from its files), checkpoints as
 model directories, best-checkpoint reload. Pairs come from csv/tsv/jsonl/parquet (`data.pairs`);
 every text of a micro-batch is embedded in one unpadded forward pass.
 
-`finetune.embedding_loss`:
+`finetune.embedding.loss`:
 * mnrl — MultipleNegativesRanking over the whole global batch: the in-batch negatives stay global
   under accumulation (GradCache) and across ranks (gathered embeddings), `tasks.contrastive`.
   Validation: retrieval of each held-out anchor's positive among all held-out positives (MRR@10,
@@ -33,7 +32,6 @@ from bertforge.console import log
 from bertforge.data.pairs import PairData, PairDataset, PairSplit, collate_pairs, load_pair_data
 from bertforge.data.validation_subset import final_splits_with_validation
 from bertforge.locate import resolve_model
-from bertforge.tasks.classify import ClassificationTask
 from bertforge.tasks.contrastive import (
     cosine_errors,
     global_batch_step,
@@ -41,7 +39,8 @@ from bertforge.tasks.contrastive import (
     multiple_negatives_ranking,
     roles_of,
 )
-from bertforge.tasks.evaluation import EvaluationReport, metrics_line, write_evaluation
+from bertforge.tasks.evaluation import EvaluationReport
+from bertforge.tasks.finetune_base import FinetuneTask
 from bertforge.tasks.metrics import compute_metrics
 from bertforge.tasks.retrieval import RETRIEVAL_METRICS, retrieval_scores
 from bertforge.train.map_style import iterate_once
@@ -52,16 +51,19 @@ LOSS_UNIT = "pairs"  # the cosine loss is averaged over the pairs of the global 
 COSINE_METRICS = ("pearson", "spearman", "mse")
 
 
-class EmbeddingTask(ClassificationTask):
+class EmbeddingTask(FinetuneTask):
     """Fine-tune a sentence-embedding model on `finetune.*` pairs, from `model.init_from` or from scratch."""
+
+    examples = "pairs"
 
     def __init__(self, config) -> None:  # type: ignore[no-untyped-def]
         super().__init__(config)
         self.pairs: PairData | None = None
+        self.settings = config.finetune.embedding
 
     @property
     def mnrl(self) -> bool:
-        return self.config.finetune.embedding_loss == "mnrl"
+        return self.settings.loss == "mnrl"
 
     # --- data -----------------------------------------------------------------------------------
 
@@ -79,14 +81,14 @@ class EmbeddingTask(ClassificationTask):
         texts = len(train.columns)
         log.info(f"embedding data: {len(train):,} training {'triplets' if texts == 3 else 'pairs'} "
                  f"({train.num_tokens / max(len(train) * texts, 1):.1f} tokens per text on average, no padding), "
-                 f"{len(validation_set) if validation_set else 0:,} validation, loss {section.embedding_loss}")
+                 f"{len(validation_set) if validation_set else 0:,} validation, loss {self.settings.loss}")
         return TaskData(train=train, collate=collate_pairs, validation=validation_set,
                         tokens_per_sample=train.num_tokens / max(len(train), 1))
 
     # --- model ----------------------------------------------------------------------------------
 
     def build_model(self) -> nn.Module:
-        section, normalize = self.config.model, self.config.finetune.normalize_embeddings
+        section, normalize = self.config.model, self.settings.normalize
         if section.init_from:
             from bertforge.models.loading import load_for_task, runtime_overrides
 
@@ -112,7 +114,7 @@ class EmbeddingTask(ClassificationTask):
         micro-batch of one process; else `train_step` runs), or its part of the global cosine loss."""
         roles = roles_of(model(**model_inputs(batch)), batch)
         if self.mnrl:
-            return multiple_negatives_ranking(roles[0], torch.cat(roles[1:]), self.config.finetune.similarity_scale), {}
+            return multiple_negatives_ranking(roles[0], torch.cat(roles[1:]), self.settings.similarity_scale), {}
         errors = cosine_errors(roles[0], roles[1], batch["labels"])
         return errors.sum() / batch["global_loss_units"][LOSS_UNIT], {}
 
@@ -120,7 +122,7 @@ class EmbeddingTask(ClassificationTask):
         """MNRL with the negatives of every micro-batch and rank of the step (`tasks.contrastive`)."""
         if not self.mnrl or (len(micro_batches) == 1 and runner.world_size == 1):
             return None
-        scale = self.config.finetune.similarity_scale
+        scale = self.settings.similarity_scale
         loss = global_batch_step(micro_batches, runner,
                                  lambda embeddings, batches, gather: mnrl_over(embeddings, batches, gather, scale))
         return loss, {}
@@ -130,8 +132,7 @@ class EmbeddingTask(ClassificationTask):
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
         assert self.validation_rows is not None
-        return pair_metrics(model, batches, self.validation_rows, self.config.finetune.embedding_loss,
-                            self.config.finetune.similarity_scale)
+        return pair_metrics(model, batches, self.validation_rows, self.settings.loss, self.settings.similarity_scale)
 
     # --- the end --------------------------------------------------------------------------------
 
@@ -139,22 +140,9 @@ class EmbeddingTask(ClassificationTask):
         assert self.pairs is not None
         return final_splits_with_validation(self.pairs.test, self.pairs.validation, self.validation_rows)
 
-    def save_final(self, model: nn.Module, directory: Path) -> None:
-        """Evaluate the final splits with the (best) model, then export `final/` as a sentence-transformers
-        directory that truncates where training did (finetune.max_length)."""
-        from bertforge.models.sentence_transformers_format import export_sentence_transformers
-
-        model.eval()
-        section = self.config.finetune
-        tokenizer = self.tokenizer_dir()
-        for name, split in self.final_splits().items():
-            report = self.report_of(evaluate_pairs(model, split, tokenizer, section.max_length, name,
-                                                   section.embedding_loss, section.similarity_scale,
-                                                   self.config.train.micro_batch_size), split)
-            written = write_evaluation(report, directory.parent)
-            log.info(f"{name} ({len(split):,} pairs): {metrics_line(report.metrics)}")
-            log.info(f"{name} report: {', '.join(str(p) for p in written)}")
-        export_sentence_transformers(model, tokenizer, directory, max_seq_length=section.max_length)  # type: ignore[arg-type]
+    def evaluate_split(self, model: nn.Module, name: str, split: PairSplit) -> EvaluationReport:
+        return evaluate_pairs(model, split, self.tokenizer_dir(), self.config.finetune.max_length, name,
+                              self.settings.loss, self.settings.similarity_scale, self.config.train.micro_batch_size)
 
 
 @torch.no_grad()

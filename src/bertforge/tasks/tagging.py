@@ -1,8 +1,7 @@
 """Token classification fine-tuning (`finetune.task_type: token_classification`): NER, supersense tagging.
 
-A `ClassificationTask` in everything but the data, the head and the metrics: the same tokenizer
-and model reference resolution, checkpoints as model directories, best-checkpoint reload and
-export. Sentences come as words with one tag each (`data.tagged`: CoNLL files, jsonl, parquet, HF
+A sibling of the other kinds on `FinetuneTask` (tokenizer and model reference resolution,
+checkpoints as model directories, the final evaluation and export). Sentences come as words with one tag each (`data.tagged`: CoNLL files, jsonl, parquet, HF
 datasets), each word is labeled on its first sub-word (`data.aligned`), and only those rows reach
 the head. The loss is summed over labeled words and divided by the labeled words of the global
 batch, so accumulation and data parallelism give the step one big batch would. Validation and
@@ -13,7 +12,6 @@ the final test report use `seqeval`'s entity-level precision/recall/F1 (`tasks.e
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,9 +23,9 @@ from bertforge.data.aligned import TaggedDataset, collate_tagged
 from bertforge.data.tagged import TaggedData, TaggedSplit, load_tagged_data
 from bertforge.data.validation_subset import final_splits_with_validation, rarest_entity_types
 from bertforge.locate import resolve_model
-from bertforge.tasks.classify import ClassificationTask
 from bertforge.tasks.entity_metrics import ENTITY_METRICS, entity_metrics, per_type_report, tag_sequences
-from bertforge.tasks.evaluation import EvaluationReport, metrics_line, write_evaluation
+from bertforge.tasks.evaluation import EvaluationReport
+from bertforge.tasks.finetune_base import FinetuneTask
 from bertforge.train.map_style import iterate_once
 from bertforge.train.task import Batch, TaskData
 
@@ -35,8 +33,10 @@ LOSS_UNIT = "labeled_words"
 TASK_TYPE = "token_classification"
 
 
-class TokenClassificationTask(ClassificationTask):
+class TokenClassificationTask(FinetuneTask):
     """Fine-tune a token classifier on `finetune.*` tagged files, from `model.init_from` or from scratch."""
+
+    examples = "sentences"
 
     def __init__(self, config) -> None:  # type: ignore[no-untyped-def]
         super().__init__(config)
@@ -47,8 +47,8 @@ class TokenClassificationTask(ClassificationTask):
     def build_datasets(self) -> TaskData:
         section = self.config.finetune
         if self.tagged is None:
-            self.tagged = load_tagged_data(self._with_resolved_files(), tokens_column=section.tokens_column,
-                                           tags_column=section.tags_column)
+            self.tagged = load_tagged_data(self._with_resolved_files(), tokens_column=section.tagging.tokens_column,
+                                           tags_column=section.tagging.tags_column)
         self._check_best_metric()
         tokenizer = self.tokenizer_dir()
         train = TaggedDataset(self.tagged.train, tokenizer, section.max_length)
@@ -116,23 +116,15 @@ class TokenClassificationTask(ClassificationTask):
         assert self.tagged is not None
         return final_splits_with_validation(self.tagged.test, self.tagged.validation, self.validation_rows)
 
-    def save_final(self, model: nn.Module, directory: Path) -> None:
-        """Evaluate the final splits with the (best) model, then export `final/` in Hugging Face format."""
-        from bertforge.models.hf import export_hf
+    def evaluate_split(self, model: nn.Module, name: str, split: TaggedSplit) -> EvaluationReport:
+        dataset = TaggedDataset(split, self.tokenizer_dir(), self.config.finetune.max_length)
+        return evaluate_tagged(model, dataset, name, self.config.train.micro_batch_size)
 
-        model.eval()
-        tokenizer = self.tokenizer_dir()
-        for name, split in self.final_splits().items():
-            dataset = TaggedDataset(split, tokenizer, self.config.finetune.max_length)
-            report = self.report_of(evaluate_tagged(model, dataset, name, self.config.train.micro_batch_size), split)
-            written = write_evaluation(report, directory.parent)
-            log.info(f"{name} ({len(dataset):,} sentences): {metrics_line(report.metrics)}")
-            log.info(f"{name} report: {', '.join(str(p) for p in written)}")
-            if len(report.per_class) <= 12:
-                from bertforge.tasks.metrics import per_class_table
+    def show_report(self, report: EvaluationReport) -> None:
+        if len(report.per_class) <= 12:
+            from bertforge.tasks.metrics import per_class_table
 
-                console.print(per_class_table(report.per_class, title=f"{name}: per entity type"))
-        export_hf(model, tokenizer, directory)
+            console.print(per_class_table(report.per_class, title=f"{report.split}: per entity type"))
 
 
 @torch.no_grad()

@@ -1,0 +1,41 @@
+"""The record of one fine-tuning task kind: everything bertforge needs to know about it, in one place.
+
+A command, the loader or the exporter looks a kind up (`bertforge.tasks.kinds`) and calls its
+record's parts; none of them branches on a kind's name. Each part is a plain function in the
+kind's own record module (`kinds/classification.py`, ...), so reading a kind is reading one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from bertforge.config import Config, FinetuneSection
+    from bertforge.data.labels import LabeledSplit
+    from bertforge.inference import LoadedModel
+    from bertforge.tasks.evaluation import EvaluationReport
+    from bertforge.train.task import Task
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    name: str  # the record's name
+    task_types: tuple[str, ...]  # the finetune.task_type values it serves (classification: also regression)
+    settings: str | None  # its sub-section of `finetune:` (finetune.<settings>.*), None if it has none
+    shared_keys: frozenset[str]  # the optional shared finetune.* keys it reads; setting another is an error
+    model_class: type[nn.Module]  # its head: the model class a run of this kind trains
+    task: Callable[[Config], Task]  # the fine-tuning Task
+    read: Callable[[FinetuneSection], Any]  # the reader of finetune.train_file / validation_file / test_file
+    collate: Callable[[list[dict[str, Any]]], dict[str, Any]]  # its examples -> one unpadded batch
+    metric_names: Callable[[FinetuneSection], set[str]]  # what its evaluation reports (train.best_metric's choices)
+    evaluate: Callable[[LoadedModel, argparse.Namespace], EvaluationReport]  # `bertforge evaluate MODEL --data FILE`
+    predict: Callable[[LoadedModel, LabeledSplit, int], list[dict[str, Any]]]  # `bertforge predict`: one row per text
+    model_of: Callable[[LoadedModel], nn.Module | None]  # the model of this kind a loaded directory holds, or None
+    export: Callable[[nn.Module, Path | None, Path, int], Any]  # final/ and `export --format hf`: the format its users load
+    for_onnx: Callable[[nn.Module], tuple[nn.Module, str | None]]  # what `export --format onnx` traces, and a note
