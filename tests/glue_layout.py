@@ -13,6 +13,10 @@ The tasks are learnable stand-ins, not the real ones:
 - MNLI: entailment = same supersense, neutral = same part of speech, contradiction = different;
   matched dev draws premises from noun/verb glosses like train, mismatched from adjectives/adverbs.
 
+Each task directory also holds `STAND-IN.txt` (`bertforge.tasks.glue_tasks.STAND_IN_FILE`), saying what
+the task is instead, so `bertforge glue` marks these tasks as stand-ins in its results table and sets
+none of them against BERT-base's published numbers.
+
 Deterministic (seeded per task and split) and small: `build_glue_layout(dir)` writes 300 train and
 100 dev rows per task in well under a second. Run as a script to write a copy: `python
 tests/glue_layout.py OUT_DIR`.
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertforge.data.bundled import supersense_path
+from bertforge.tasks.glue_tasks import STAND_IN_FILE
 
 TRAIN_ROWS = 300
 DEV_ROWS = 100
@@ -225,12 +230,30 @@ WRITERS = {"CoLA": _cola, "SST-2": _sst2, "MRPC": _mrpc, "STS-B": _stsb, "QQP": 
 DEV_SPLITS = {"MNLI": ("dev_matched", "dev_mismatched")}
 
 
+# the first line of each task's STAND-IN.txt: what the task is instead of GLUE's
+STAND_IN_DESCRIPTIONS = {
+    "CoLA": "WordNet example sentences (acceptable) vs the same words shuffled (unacceptable)",
+    "SST-2": "WordNet noun glosses (1) vs verb glosses (0)",
+    "MRPC": "two WordNet glosses, positive when they share a supersense",
+    "STS-B": "0-5 similarity of two WordNet glosses from shared supersense, part of speech and word overlap",
+    "QQP": "two WordNet glosses, positive when they share a supersense",
+    "MNLI": "WordNet glosses: entailment = same supersense, neutral = same part of speech, contradiction = neither",
+    "QNLI": "two WordNet glosses, positive when they share a supersense",
+    "RTE": "two WordNet glosses, positive when they share a supersense",
+}
+
+
 def build_glue_layout(root: str | Path, train_rows: int = TRAIN_ROWS, dev_rows: int = DEV_ROWS) -> Expected:
-    """Write `root/<Task>/<split>.tsv` for the 8 tasks; returns every row written, as the file holds it."""
+    """Write `root/<Task>/<split>.tsv` for the 8 tasks, and each task's STAND-IN.txt; returns every row written,
+    as the file holds it."""
     root = Path(root)
     expected: Expected = {}
     for title, writer in WRITERS.items():
         expected[title] = {}
+        (root / title).mkdir(parents=True, exist_ok=True)
+        (root / title / STAND_IN_FILE).write_text(
+            f"a stand-in written by tests/glue_layout.py, not GLUE's data: {STAND_IN_DESCRIPTIONS[title]}\n",
+            encoding="utf-8")
         for split in ("train", *DEV_SPLITS.get(title, ("dev",))):
             rng = random.Random(f"glue-layout/{title}/{split}")
             glosses = _glosses("train" if split == "train" else "validation")

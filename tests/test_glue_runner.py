@@ -135,6 +135,10 @@ def test_all_eight_tasks_run_and_the_table_lists_each_official_metric_and_the_av
     assert summary["glue_average"] == pytest.approx(sum(scores) / 8)
     markdown = (out / "glue_results.md").read_text()
     assert markdown in stdout and "**GLUE average**" in markdown and "BERT-base" in markdown
+    # the WordNet stand-ins of tests/glue_layout.py say so, with no delta against BERT-base's real-GLUE numbers
+    assert summary["stand_in_tasks"] == list(GLUE_TASKS) and "| CoLA (stand-in) |" in markdown
+    assert "Stand-ins, not GLUE" in markdown
+    assert next(line for line in markdown.splitlines() if line.startswith("| **GLUE average**")).endswith("| n/a | |")
     for task in GLUE_TASKS.values():
         run_dir = out / task.name / "seed-19"
         for split in task.eval_splits:

@@ -13,9 +13,11 @@ from glue_layout import Expected
 from bertforge.errors import ConfigError, DataError
 from bertforge.tasks.glue_tasks import (
     GLUE_TASKS,
+    STAND_IN_FILE,
     get_glue_task,
     glue_results_markdown,
     read_glue_split,
+    stand_in_tasks,
     summarize_glue,
     write_glue_results,
 )
@@ -206,6 +208,26 @@ def test_results_table_reports_seed_medians_task_scores_and_the_glue_average(tmp
     assert markdown_path.read_text(encoding="utf-8") == markdown
     assert json.loads(json_path.read_text(encoding="utf-8")) == json.loads(json.dumps(summary))
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["glue_results.json", "glue_results.md"]
+
+
+def test_stand_in_tasks_are_marked_and_never_set_against_bert_base(glue_dir: Path, tmp_path: Path) -> None:
+    """tests/glue_layout.py's WordNet tasks printed a Δ against BERT-base's real GLUE numbers as if comparable."""
+    stand_ins = stand_in_tasks(list(GLUE_TASKS.values()), glue_dir)
+    assert list(stand_ins) == list(GLUE_TASKS) and "WordNet" in stand_ins["cola"]
+    real = tmp_path / "real"  # the same files without the marker: GLUE's own layout
+    shutil.copytree(glue_dir, real, ignore=shutil.ignore_patterns(STAND_IN_FILE))
+    assert stand_in_tasks(list(GLUE_TASKS.values()), real) == {}
+
+    summary = summarize_glue(fake_results(), {"cola": stand_ins["cola"], "SST-2": stand_ins["sst2"]})
+    assert summary["stand_in_tasks"] == ["cola", "sst2"]
+    assert summary["tasks"]["cola"]["stand_in"] == stand_ins["cola"] and summary["tasks"]["mrpc"]["stand_in"] is None
+    markdown = glue_results_markdown(summary)
+    assert "| CoLA (stand-in) | Matthews corr | 52.00 | 56.53 | n/a | 4 (median) |" in markdown
+    assert "| SST-2 (stand-in) |" in markdown and "| MRPC | F1/Accuracy | 88.00/82.00 | 88.85/84.07 | -1.46 |" in markdown
+    average = next(line for line in markdown.splitlines() if line.startswith("| **GLUE average**"))
+    assert average.endswith("| n/a | |")
+    assert "**Stand-ins, not GLUE:** CoLA, SST-2" in markdown and f"- CoLA: {stand_ins['cola']}" in markdown
+    assert "stand-in" not in glue_results_markdown(summarize_glue(fake_results())).lower()
 
 
 def test_partial_runs_are_compared_with_the_reference_on_the_same_tasks() -> None:

@@ -37,9 +37,11 @@ from bertforge.errors import BertforgeError, ConfigError, user_message
 from bertforge.processes import kill_with_parent_preexec
 from bertforge.tasks.glue_tasks import (
     GLUE_TASKS,
+    STAND_IN_FILE,
     GlueTask,
     get_glue_task,
     glue_file,
+    stand_in_tasks,
     summarize_glue,
     write_glue_results,
 )
@@ -228,9 +230,15 @@ def run_glue(config: Config, data_dir: str | Path, out_dir: str | Path | None = 
     data_dir = Path(data_dir)
     out = Path(out_dir) if out_dir is not None else Path(config.run.output_dir) / config.run.name
     planned = plan_jobs(config, out)
-    for task in {job.task.name: job.task for job in planned}.values():  # a missing file fails now, not in a job
+    tasks = list({job.task.name: job.task for job in planned}.values())
+    for task in tasks:  # a missing file fails now, not in a job
         for split in ("train", *task.eval_splits):
             glue_file(task, data_dir, split)
+    stand_ins = stand_in_tasks(tasks, data_dir)
+    if stand_ins:
+        log.warning(f"{', '.join(GLUE_TASKS[name].title for name in stand_ins)} in {data_dir}: stand-ins in GLUE's "
+                    f"layout ({STAND_IN_FILE}), not GLUE's data; the results table marks them and sets none "
+                    "against BERT-base's numbers")
     for job in planned:  # a typo in an override fails now too
         job_config(config, job, out)
     slots = device_slots(config, jobs)
@@ -272,7 +280,7 @@ def run_glue(config: Config, data_dir: str | Path, out_dir: str | Path | None = 
     results: dict[str, list[dict[str, dict[str, float]]]] = {}
     for job in planned:
         results.setdefault(job.task.name, []).append(job.metrics())
-    summary = summarize_glue(results)
+    summary = summarize_glue(results, stand_ins)
     markdown, data = write_glue_results(summary, out)
     log.info(f"GLUE results: {markdown} and {data}")
     return summary

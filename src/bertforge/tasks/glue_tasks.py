@@ -34,6 +34,9 @@ GLUE_LAYOUT_HINT = "point --data-dir at the GLUE root, the folder holding CoLA/,
 # Hugging Face's text-classification example README (examples/pytorch/text-classification/README.md,
 # "We get the following results on the dev set of the benchmark").
 REFERENCE_NAME = "BERT-base (HF run_glue README, dev)"
+# A task directory holding this file is a stand-in in GLUE's layout, not GLUE's data (tests/glue_layout.py writes
+# one per task); its first line says what the task is instead. Its results are never set against BERT-base's.
+STAND_IN_FILE = "STAND-IN.txt"
 
 
 @dataclass(frozen=True)
@@ -284,14 +287,33 @@ def _official_values(task: GlueTask, run: RunMetrics) -> list[float]:
     return values
 
 
-def summarize_glue(results: Mapping[str, Sequence[RunMetrics]]) -> dict[str, Any]:
+def stand_in_description(task: GlueTask | str, data_dir: str | Path) -> str | None:
+    """What a stand-in task directory says it holds instead of GLUE's data; None for a real one."""
+    task = get_glue_task(task) if isinstance(task, str) else task
+    marker = Path(data_dir) / task.title / STAND_IN_FILE
+    if not marker.is_file():
+        return None
+    lines = marker.read_text(encoding="utf-8").strip().splitlines()
+    return lines[0].strip() if lines else "a stand-in, not GLUE's data"
+
+
+def stand_in_tasks(tasks: Sequence[GlueTask], data_dir: str | Path) -> dict[str, str]:
+    """{task name: description} of the stand-ins among `tasks` in `data_dir`."""
+    found = {task.name: stand_in_description(task, data_dir) for task in tasks}
+    return {name: description for name, description in found.items() if description is not None}
+
+
+def summarize_glue(results: Mapping[str, Sequence[RunMetrics]],
+                   stand_ins: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The GLUE summary (JSON-ready, all numbers in points = metric x 100).
 
     `results` maps each task run to its per-seed metrics, as `compute_metrics` returns them per
     eval split. Each official metric is the median over seeds; a task's score is the mean of its
     official metrics; the GLUE average is the mean of the task scores. The reference average is
-    taken over the same tasks, so a partial run is compared like for like.
+    taken over the same tasks, so a partial run is compared like for like. `stand_ins` names the tasks
+    whose data was a stand-in (`stand_in_tasks`): each says so (`stand_in`), and the summary lists them.
     """
+    stand_ins = {get_glue_task(key).name: description for key, description in (stand_ins or {}).items()}
     by_name: dict[str, Sequence[RunMetrics]] = {}
     for key, runs in results.items():
         name = get_glue_task(key).name
@@ -316,6 +338,7 @@ def summarize_glue(results: Mapping[str, Sequence[RunMetrics]]) -> dict[str, Any
             "reference": dict(zip(keys, task.reference, strict=True)),
             "reference_score": task.score(task.reference),
             "per_seed": [dict(zip(keys, values, strict=True)) for values in per_seed],
+            "stand_in": stand_ins.get(name),  # what the data was instead of GLUE's; None: the real task
         }
     scores = [entry["score"] for entry in tasks.values()]
     references = [entry["reference_score"] for entry in tasks.values()]
@@ -326,6 +349,7 @@ def summarize_glue(results: Mapping[str, Sequence[RunMetrics]]) -> dict[str, Any
         "glue_average": sum(scores) / len(scores) if scores else None,
         "reference_glue_average": sum(references) / len(references) if references else None,
         "reference_name": REFERENCE_NAME,
+        "stand_in_tasks": [name for name, entry in tasks.items() if entry["stand_in"] is not None],
     }
 
 
@@ -334,19 +358,29 @@ def _joined(values: Mapping[str, float]) -> str:
 
 
 def glue_results_markdown(summary: Mapping[str, Any]) -> str:
-    """The summary as a markdown table: our numbers beside the published BERT-base ones."""
+    """The summary as a markdown table: our numbers beside the published BERT-base ones. A stand-in task is
+    marked so, with no Δ (BERT-base's number is for the real task), and a note under the table says what it was."""
+    stand_ins = {entry["title"]: entry.get("stand_in") for entry in summary["tasks"].values() if entry.get("stand_in")}
     lines = [f"| Task | Metric | bertforge | {summary['reference_name']} | Δ score | Seeds |",
              "|---|---|---:|---:|---:|---:|"]
     for entry in summary["tasks"].values():
         seeds = f"{entry['seeds']} (median)" if entry["seeds"] > 1 else "1"
-        delta = entry["score"] - entry["reference_score"]
-        lines.append(f"| {entry['title']} | {entry['metric']} | {_joined(entry['values'])} | "
-                     f"{_joined(entry['reference'])} | {delta:+.2f} | {seeds} |")
+        title, delta = entry["title"], f"{entry['score'] - entry['reference_score']:+.2f}"
+        if title in stand_ins:
+            title, delta = f"{title} (stand-in)", "n/a"
+        lines.append(f"| {title} | {entry['metric']} | {_joined(entry['values'])} | "
+                     f"{_joined(entry['reference'])} | {delta} | {seeds} |")
     if summary["tasks"]:
         count = summary["tasks_run"]
-        delta = summary["glue_average"] - summary["reference_glue_average"]
+        delta = "n/a" if stand_ins else f"{summary['glue_average'] - summary['reference_glue_average']:+.2f}"
         lines.append(f"| **GLUE average** | mean of {count} task score{'s' if count != 1 else ''} | "
-                     f"**{summary['glue_average']:.2f}** | {summary['reference_glue_average']:.2f} | {delta:+.2f} | |")
+                     f"**{summary['glue_average']:.2f}** | {summary['reference_glue_average']:.2f} | {delta} | |")
+    if stand_ins:
+        lines += ["", f"**Stand-ins, not GLUE:** {', '.join(stand_ins)} ran on data in GLUE's file layout from another "
+                  f"source (their directories hold {STAND_IN_FILE}). The {summary['reference_name']} column is the "
+                  "published score on the real task, shown for reference only: it is no comparison, so no Δ is "
+                  "given for these tasks or the average.", ""]
+        lines += [f"- {title}: {description}" for title, description in stand_ins.items()]
     return "\n".join(lines) + "\n"
 
 
