@@ -34,6 +34,7 @@ from typing import Any
 from bertforge.config import Config, config_to_yaml, load_config, load_run_config
 from bertforge.console import log
 from bertforge.errors import BertforgeError, ConfigError, user_message
+from bertforge.output_guard import claim_run_directory
 from bertforge.processes import kill_with_parent_preexec
 from bertforge.tasks.glue_tasks import (
     GLUE_TASKS,
@@ -204,6 +205,9 @@ class _Running:
 def _launch(job: GlueJob, config: Config, out_dir: Path, data_dir: Path, environment: dict[str, str],
             slot: int) -> _Running:
     job.run_dir.mkdir(parents=True, exist_ok=True)
+    # the job's directory is a fine-tuning run's: claimed as one before the job's own files go in, so the
+    # trainer in the job's process (which claims it again) finds a run directory, not a stranger's files
+    claim_run_directory(job.run_dir, "finetune")
     (job.run_dir / "job_config.yaml").write_text(config_to_yaml(job_config(config, job, out_dir)), encoding="utf-8")
     spec = {"task": job.task.name, "seed": job.seed, "data_dir": str(data_dir.resolve()),
             "threads": environment["BERTFORGE_JOB_THREADS"]}
