@@ -97,7 +97,7 @@ def load_model(reference: str | Path) -> LoadedModel:
         raise BertforgeError(f"{location.path}: the model's weights cannot be read ({first_line(error)}); the file is "
                              "truncated or corrupt: copy or export the model again") from None
     model.eval()
-    limit = model.config.max_position_embeddings if model.config.position == "learned" else DEFAULT_MAX_LENGTH
+    limit = model.config.max_sequence_length if model.config.position == "learned" else DEFAULT_MAX_LENGTH
     max_length = min(DEFAULT_MAX_LENGTH, limit)
     run_settings = None
     if location.run_dir is not None:

@@ -321,6 +321,17 @@ def checkpoint_words(checkpoint: dict[str, Any] | None) -> str:
     return f"the last weights, step {checkpoint['step']:,}"
 
 
+def mask_token(model_dir: Path) -> str:
+    """The model's own mask token (RoBERTa's `<mask>`, BERT's `[MASK]`), as its tokenizer names it."""
+    if not (model_dir / "tokenizer.json").is_file():
+        return "[MASK]"
+    from tokenizers import Tokenizer
+
+    from bertforge.data.tokenizer import special_tokens_of
+
+    return special_tokens_of(model_dir, Tokenizer.from_file(str(model_dir / "tokenizer.json"))).get("mask", "[MASK]")
+
+
 def loading_snippet(facts: CardFacts, model_dir: Path) -> list[str]:
     where = f'model_id = "{model_dir}"  # or its Hub name once uploaded'
     if facts.library == "sentence-transformers":
@@ -340,7 +351,8 @@ def loading_snippet(facts: CardFacts, model_dir: Path) -> list[str]:
         return ["from transformers import AutoModel, AutoTokenizer", "", where,
                 "tokenizer = AutoTokenizer.from_pretrained(model_id)", "model = AutoModel.from_pretrained(model_id)",
                 'hidden = model(**tokenizer(["the quality of being good"], return_tensors="pt")).last_hidden_state']
-    example = "the [MASK] of being good" if facts.pipeline_tag == "fill-mask" else "the quality of being good"
+    example = (f"the {mask_token(model_dir)} of being good" if facts.pipeline_tag == "fill-mask"
+               else "the quality of being good")
     extra = ', aggregation_strategy="simple"' if facts.pipeline_tag == "token-classification" else ""
     return ["from transformers import pipeline", "", where,
             f'pipe = pipeline("{facts.pipeline_tag}", model=model_id{extra})', f'print(pipe("{example}"))']

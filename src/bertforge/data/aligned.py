@@ -20,7 +20,7 @@ from rich.progress import Progress
 
 from bertforge.batch import unpadded_inputs
 from bertforge.console import console, progress_enabled
-from bertforge.data.labeled import TOKENIZE_CHUNK, bert_tokenizer
+from bertforge.data.labeled import TOKENIZE_CHUNK, bert_tokenizer, pad_token_id
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -45,7 +45,7 @@ class TaggedDataset(torch.utils.data.Dataset):
 
     def __init__(self, split: TaggedSplit, tokenizer: Tokenizer | str | Path, max_length: int) -> None:
         configured = bert_tokenizer(tokenizer, max_length)
-        self.pad_token_id = int(configured.token_to_id("[PAD]"))
+        self.pad_token_id = pad_token_id(configured, tokenizer)
         self.tag_names = list(split.tag_names)
         self.source = split.source
         ids: list[np.ndarray] = []

@@ -8,6 +8,7 @@ path. The rows come from `bertforge.data.labels` (label set, splits) and `bertfo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from bertforge.errors import DataError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
 
 TOKENIZE_CHUNK = 8192  # examples per `encode_batch` call: big enough to keep the Rust threads busy
 
@@ -32,19 +34,23 @@ TOKENIZE_CHUNK = 8192  # examples per `encode_batch` call: big enough to keep th
 
 
 def bert_tokenizer(tokenizer: Tokenizer | str | Path, max_length: int) -> Tokenizer:
-    """A copy of `tokenizer` set up for BERT inputs: no padding, longest-first truncation.
+    """A copy of `tokenizer` set up for encoder inputs: no padding, longest-first truncation, and the
+    tokenizer's own special tokens in its family's layout.
 
-    The `[CLS] a [SEP] b [SEP]` template is set here rather than trusted from tokenizer.json, so a
-    tokenizer saved with another post-processor (or none) still gives BERT's layout and segment ids.
+    The template is set here rather than trusted from tokenizer.json, so a tokenizer saved with another
+    post-processor (or none) still gives the layout its model was trained on: BERT's `[CLS] a [SEP] b [SEP]`
+    with segment ids 0/1, or, for a tokenizer that marks a pair with two separators (RoBERTa, XLM-R,
+    CamemBERT: `<s> a </s></s> b </s>`), that layout with segment ids all 0, as those models were trained.
     """
     from tokenizers import Tokenizer
-    from tokenizers.processors import TemplateProcessing
 
+    directory = None
     if isinstance(tokenizer, Tokenizer):
         configured = Tokenizer.from_str(tokenizer.to_str())
     else:
         path = Path(tokenizer)
         file = path / "tokenizer.json" if path.is_dir() else path
+        directory = file.parent
         if not file.is_file():
             raise DataError(f"{path}: no tokenizer.json; point at a tokenizer directory (bertforge or Hugging Face "
                             "format) or re-save it with AutoTokenizer.from_pretrained(dir).save_pretrained(dir)")
@@ -52,19 +58,59 @@ def bert_tokenizer(tokenizer: Tokenizer | str | Path, max_length: int) -> Tokeni
             configured = Tokenizer.from_file(str(file))
         except Exception as error:  # the tokenizers library raises a bare Exception for a bad file
             raise DataError(f"{file}: not a readable tokenizer.json ({error}); re-save the tokenizer") from None
-    special = {}
-    for token in ("[CLS]", "[SEP]", "[PAD]"):
-        token_id = configured.token_to_id(token)
-        if token_id is None:
-            raise DataError(f"the tokenizer has no {token} token; fine-tuning needs a BERT-style WordPiece vocabulary")
-        special[token] = token_id
+    special = special_token_roles(configured, directory)
     configured.no_padding()
     configured.enable_truncation(max_length, strategy="longest_first")
-    configured.post_processor = TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", special["[CLS]"]), ("[SEP]", special["[SEP]"])],
-    )
+    configured.post_processor = input_template(configured, special["cls"], special["sep"])
     return configured
+
+
+def special_token_roles(tokenizer: Tokenizer, directory: Path | None = None) -> dict[str, str]:
+    """cls/sep/pad (and mask, where it has one) -> the tokenizer's token: as its directory's
+    special_tokens_map.json names them, else BERT's or RoBERTa's, whichever its vocabulary holds."""
+    from bertforge.data.tokenizer import special_tokens_of
+
+    special = special_tokens_of(directory, tokenizer)
+    for role in ("cls", "sep", "pad"):
+        if role not in special:
+            raise DataError(f"the tokenizer has no {role} token (BERT's [CLS] [SEP] [PAD], RoBERTa's <s> </s> <pad>, "
+                            "or one named in its special_tokens_map.json); fine-tuning needs one")
+    return special
+
+
+def marks_pairs_with_two_separators(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer's own post-processor writes RoBERTa's pair layout (`</s></s>` between the texts)."""
+    processor = json.loads(tokenizer.to_str()).get("post_processor") or {}
+    if processor.get("type") == "RobertaProcessing":
+        return True
+    if processor.get("type") != "TemplateProcessing":
+        return False
+    between, seen_a = 0, False
+    for piece in processor.get("pair", []):
+        if "Sequence" in piece:
+            if seen_a:
+                return between >= 2
+            seen_a = True
+        elif seen_a:
+            between += 1
+    return False
+
+
+def input_template(tokenizer: Tokenizer, cls: str, sep: str) -> TemplateProcessing:
+    from tokenizers.processors import TemplateProcessing
+
+    ids = [(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))]
+    if marks_pairs_with_two_separators(tokenizer):
+        return TemplateProcessing(single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} {sep} $B {sep}",
+                                  special_tokens=ids)
+    return TemplateProcessing(single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1", special_tokens=ids)
+
+
+def pad_token_id(configured: Tokenizer, source: Tokenizer | str | Path) -> int:
+    """The pad id of a tokenizer `bert_tokenizer` configured from `source` (a tokenizer or its path)."""
+    directory = None if not isinstance(source, str | Path) else (Path(source) if Path(source).is_dir()
+                                                                 else Path(source).parent)
+    return int(configured.token_to_id(special_token_roles(configured, directory)["pad"]))
 
 
 class LabeledDataset(torch.utils.data.Dataset):
@@ -76,7 +122,7 @@ class LabeledDataset(torch.utils.data.Dataset):
 
     def __init__(self, split: LabeledSplit, tokenizer: Tokenizer | str | Path, max_length: int) -> None:
         configured = bert_tokenizer(tokenizer, max_length)
-        self.pad_token_id = int(configured.token_to_id("[PAD]"))
+        self.pad_token_id = pad_token_id(configured, tokenizer)
         self.task_type = split.task_type
         self.label_names = list(split.label_names)
         self.source = split.source

@@ -24,10 +24,10 @@ MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
-POOLINGS = ("pooler", "cls", "mean", "last")
+POOLINGS = ("pooler", "relu_pooler", "cls", "mean", "last")
 VOCAB_MULTIPLE = 64
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
-               "type_vocab_size", "local_attention_window", "global_every_n")
+               "type_vocab_size", "local_attention_window", "global_every_n", "position_offset")
 
 
 @dataclass
@@ -38,7 +38,8 @@ class EncoderConfig:
     num_heads: int = 12  # attention heads per layer
     intermediate_size: int = 3072  # MLP width (per half for geglu: the input projection is twice as wide)
     max_position_embeddings: int = 512  # longest sequence for learned positions (rope/alibi: a soft limit)
-    type_vocab_size: int = 2  # token-type (segment) embeddings; 0 = none (ModernBERT)
+    type_vocab_size: int = 2  # token-type (segment) embeddings; 0 = none (ModernBERT, DistilBERT); 1 = every token type 0 (RoBERTa)
+    position_offset: int = 0  # learned position of a sequence's first token (RoBERTa: padding_idx + 1 = 2)
     hidden_dropout: float = 0.1  # dropout on embeddings and on each sub-layer's output
     attention_dropout: float = 0.1  # dropout on attention probabilities
     classifier_dropout: float | None = None  # dropout before a sequence classifier; None = hidden_dropout
@@ -54,8 +55,9 @@ class EncoderConfig:
     rope_theta_local: float = 10000.0  # RoPE base of local (sliding-window) layers
     tie_word_embeddings: bool = True  # the MLM decoder reuses the word-embedding matrix
     attention_backend: str = "auto"  # auto (varlen on GPUs, else sdpa) | varlen | flash | sdpa | eager
-    pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | cls | mean | last (+ dense/act/norm); embeddings: cls | mean | last
+    pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | relu_pooler (DistilBERT's pre_classifier: dense+ReLU on [CLS]) | cls | mean | last (+ dense/act/norm); embeddings: cls | mean | last
     initializer_range: float = 0.02  # std of the truncated-normal initialisation
+    hf_model_type: str | None = None  # the Hugging Face model_type imported from, where its graph is another's (xlm-roberta, camembert): export writes it back
 
     def __post_init__(self) -> None:
         for name, choices in (("position", POSITIONS), ("mlp", MLPS), ("norm", NORMS), ("activation", ACTIVATIONS),
@@ -71,6 +73,9 @@ class EncoderConfig:
                      "max_position_embeddings"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model `{name}` is {getattr(self, name)}; it must be at least 1")
+        if not 0 <= self.position_offset < self.max_position_embeddings:
+            raise ConfigError(f"model `position_offset` is {self.position_offset}; give 0 (BERT) or the first learned "
+                              f"position of a sequence (RoBERTa: 2), below max_position_embeddings")
         if self.type_vocab_size < 0:
             raise ConfigError(f"model `type_vocab_size` is {self.type_vocab_size}; use 0 for no token types")
         if self.hidden_size % self.num_heads:
@@ -95,6 +100,11 @@ class EncoderConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def max_sequence_length(self) -> int:
+        """The longest sequence the learned positions cover (RoBERTa's first `position_offset` rows are never used)."""
+        return self.max_position_embeddings - self.position_offset
 
     @property
     def effective_classifier_dropout(self) -> float:

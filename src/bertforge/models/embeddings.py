@@ -68,13 +68,18 @@ class Embeddings(nn.Module):
         else:
             hidden = self.word_embeddings(input_ids)
         if self.position_embeddings is not None:
-            if max_seqlen > self.config.max_position_embeddings:
+            if max_seqlen > self.config.max_sequence_length:
                 raise BertforgeError(
-                    f"a sequence of {max_seqlen} tokens exceeds the model's {self.config.max_position_embeddings} "
+                    f"a sequence of {max_seqlen} tokens exceeds the model's {self.config.max_sequence_length} "
                     "learned positions; lower data.seq_len / finetune.max_length or raise "
                     "model.max_position_embeddings (before pre-training)")
-            hidden = hidden + self.position_embeddings(position_ids)
-        if self.token_type_embeddings is not None:
+            # RoBERTa numbers a sequence's tokens from padding_idx + 1: the offset is added to each sequence's own
+            # count, so packed sequences start there too (HF derives it from the padded ids, which we do not have)
+            offset = self.config.position_offset
+            hidden = hidden + self.position_embeddings(position_ids + offset if offset else position_ids)
+        if self.config.type_vocab_size == 1:  # one segment type (RoBERTa): every token adds the same row
+            hidden = hidden + self.token_type_embeddings.weight[0]
+        elif self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
             hidden = hidden + self.token_type_embeddings(token_type_ids)

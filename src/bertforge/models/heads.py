@@ -44,14 +44,15 @@ class MaskedLMHead(nn.Module):
 
 
 class Pooler(nn.Module):
-    """BERT's pooler: tanh(dense(hidden of [CLS]))."""
+    """BERT's pooler: tanh(dense(hidden of [CLS])); `relu`: DistilBERT's pre_classifier, relu(dense(...))."""
 
-    def __init__(self, config: EncoderConfig):
+    def __init__(self, config: EncoderConfig, relu: bool = False):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
+        self.activation = torch.relu if relu else torch.tanh
 
     def forward(self, first_token_hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(first_token_hidden))
+        return self.activation(self.dense(first_token_hidden))
 
 
 class NextSentenceHead(nn.Module):
@@ -87,15 +88,17 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, pooling: str) -> torch.
 
 
 class SequenceHead(nn.Module):
-    """pooler: BERT's tanh pooler on [CLS] (as HF `BertForSequenceClassification`);
+    """pooler: BERT's tanh pooler on [CLS] (as HF `BertForSequenceClassification`, and RoBERTa's
+    classifier.dense); relu_pooler: dense+ReLU on [CLS] (DistilBERT's pre_classifier);
     cls / mean / last: [CLS], the token mean or the last token, then dense-act-norm (as HF
     `ModernBertForSequenceClassification` does for cls and mean)."""
 
     def __init__(self, config: EncoderConfig, num_outputs: int):
         super().__init__()
         self.pooling = config.pooling
-        self.pooler = Pooler(config) if config.pooling == "pooler" else None
-        self.transform = PredictionTransform(config) if config.pooling != "pooler" else None
+        pooler = config.pooling in ("pooler", "relu_pooler")
+        self.pooler = Pooler(config, relu=config.pooling == "relu_pooler") if pooler else None
+        self.transform = PredictionTransform(config) if not pooler else None
         self.dropout = Dropout(config.effective_classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
 

@@ -199,7 +199,7 @@ def load_converted_state(model: BertforgeAny, hf_state: dict[str, torch.Tensor],
     encoder_fresh = [key for key in fresh if key.startswith("encoder.") or model.encoder_model() is model]
     if encoder_fresh:
         raise BertforgeError(f"{source}: the checkpoint lacks encoder weights {encoder_fresh[:3]}; "
-                             "it is incomplete or not a BERT/ModernBERT checkpoint")
+                             "it is incomplete, or not the checkpoint its config.json describes")
     if fresh:
         log.info("initialised from scratch (not in %s): %s", source, ", ".join(fresh))
 
@@ -323,20 +323,26 @@ class ExportResult:
 
 
 def special_token_ids(tokenizer_dir: str | Path | None) -> dict[str, int]:
-    """[PAD]/[CLS]/[SEP] ids from a WordPiece tokenizer directory (tokenizer.json or vocab.txt)."""
+    """pad/cls/sep/mask ids of a tokenizer directory (tokenizer.json, or BERT's vocab.txt), by role: the tokens its
+    special_tokens_map.json names, else BERT's ([PAD] [CLS] [SEP] [MASK]) or RoBERTa's (<pad> <s> </s> <mask>)."""
     if tokenizer_dir is None:
         return {}
-    directory = Path(tokenizer_dir)
-    vocabulary: dict[str, int] = {}
-    if (directory / "tokenizer.json").is_file():
-        from tokenizers import Tokenizer
+    from tokenizers import Tokenizer
 
-        vocabulary = Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab()
+    from bertforge.data.tokenizer import special_tokens_of
+
+    directory = Path(tokenizer_dir)
+    if (directory / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
     elif (directory / "vocab.txt").is_file():
+        from tokenizers.models import WordPiece
+
         lines = (directory / "vocab.txt").read_text(encoding="utf-8").splitlines()
-        vocabulary = {token: index for index, token in enumerate(lines)}
-    names = {"pad": "[PAD]", "cls": "[CLS]", "sep": "[SEP]"}
-    return {name: vocabulary[token] for name, token in names.items() if token in vocabulary}
+        tokenizer = Tokenizer(WordPiece({token: index for index, token in enumerate(lines)}))
+    else:
+        return {}
+    roles = special_tokens_of(directory, tokenizer)
+    return {role: tokenizer.token_to_id(token) for role, token in roles.items() if role in ("pad", "cls", "sep", "mask")}
 
 
 def to_hf_model(model: BertforgeAny, special_tokens: dict[str, int] | None = None) -> nn.Module:

@@ -133,7 +133,7 @@ def export_sentence_transformers(model: BertforgeForEmbedding, tokenizer_dir: st
         log.warning(message)
         return ExportResult(out_dir.resolve(), "bertforge", type(model).__name__, message)
     if max_seq_length is None:
-        max_seq_length = min(512, config.max_position_embeddings) if config.position == "learned" else 512
+        max_seq_length = min(512, config.max_sequence_length) if config.position == "learned" else 512
     hf_model = to_hf_model(model.encoder, special_token_ids(tokenizer_dir))
     # a model trained here has no BERT pooler (its vectors never use one): sentence-transformers must build the
     # BertModel without it too, or transformers reports the pooler "MISSING ... newly initialized" on every load

@@ -105,7 +105,7 @@ class FinetuneTask(Task):
     # --- model ----------------------------------------------------------------------------------
 
     def _check_positions(self, model: nn.Module) -> None:
-        positions = model.config.max_position_embeddings
+        positions = model.config.max_sequence_length
         if model.config.position == "learned" and self.config.finetune.max_length > positions:
             raise ConfigError(f"finetune.max_length is {self.config.finetune.max_length} but the model has learned "
                               f"positions for {positions} tokens; set finetune.max_length <= {positions}")

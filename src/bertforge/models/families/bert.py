@@ -77,6 +77,8 @@ def unfit_reason(config: EncoderConfig) -> str:
         return "HF BERT has no local (sliding-window) attention"
     if config.type_vocab_size < 1:
         return "HF BERT needs token-type embeddings (type_vocab_size >= 1)"
+    if config.position_offset:
+        return "HF BERT numbers positions from 0 (position_offset = 0)"
     return ""
 
 

@@ -1,0 +1,141 @@
+"""Hugging Face RoBERTa (`model_type: roberta`), and XLM-RoBERTa and CamemBERT, the same graph under other names.
+
+The encoder is BERT's, layer for layer and name for name (`families/bert.py`'s `encoder_keys`). Its quirks:
+positions start after the padding id (`padding_idx + 1`, so roberta-base's 514 rows cover 512
+tokens), which bertforge keeps as `position_offset` and adds to each packed sequence's own count;
+one token type (the pair layout `<s> a </s></s> b </s>` has no segment ids); an MLM head
+(`lm_head`) whose activation is exact GELU whatever `hidden_act` says; a classifier
+(`classifier.dense` + tanh + `classifier.out_proj` on `<s>`) that is BERT's pooler and classifier
+under other names, with no pooler in the encoder. The three model types are three records
+(`FAMILIES`): an import remembers its `model_type` (`hf_model_type`) so an export writes it back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import transformers
+from torch import nn
+
+from bertforge.errors import BertforgeError
+from bertforge.models.config import EncoderConfig
+from bertforge.models.families.bert import encoder_keys
+from bertforge.models.families.family import (
+    OUR_TO_HF_ACTIVATION,
+    KeyPair,
+    ModelFamily,
+    activation_from_hf,
+)
+
+MLM_HEAD: tuple[KeyPair, ...] = (
+    ("mlm_head.transform.dense.weight", "lm_head.dense.weight"),
+    ("mlm_head.transform.dense.bias", "lm_head.dense.bias"),
+    ("mlm_head.transform.norm.weight", "lm_head.layer_norm.weight"),
+    ("mlm_head.transform.norm.bias", "lm_head.layer_norm.bias"),
+    ("mlm_head.decoder.weight", "lm_head.decoder.weight"),
+    ("mlm_head.decoder.bias", "lm_head.bias"),
+    ("mlm_head.decoder.bias", "lm_head.decoder.bias"),  # the same bias, kept twice by transformers
+)
+SEQUENCE_HEAD: tuple[KeyPair, ...] = (
+    ("head.pooler.dense.weight", "classifier.dense.weight"),
+    ("head.pooler.dense.bias", "classifier.dense.bias"),
+    ("head.classifier.weight", "classifier.out_proj.weight"),
+    ("head.classifier.bias", "classifier.out_proj.bias"),
+)
+TOKEN_HEAD: tuple[KeyPair, ...] = (("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias"))
+
+
+def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
+    position_type = getattr(hf, "position_embedding_type", None) or "absolute"
+    if position_type != "absolute":
+        raise BertforgeError(f"{source}: position_embedding_type={position_type!r} is not supported; "
+                             "bertforge imports RoBERTa checkpoints with absolute (learned) positions")
+    if hf.pad_token_id is None:
+        raise BertforgeError(f"{source}: no pad_token_id in config.json; RoBERTa's positions start after it "
+                             "(roberta-base: 1), so give it")
+    return EncoderConfig(
+        vocab_size=hf.vocab_size, hidden_size=hf.hidden_size, num_layers=hf.num_hidden_layers,
+        num_heads=hf.num_attention_heads, intermediate_size=hf.intermediate_size,
+        max_position_embeddings=hf.max_position_embeddings, type_vocab_size=hf.type_vocab_size,
+        position_offset=hf.pad_token_id + 1,
+        hidden_dropout=hf.hidden_dropout_prob, attention_dropout=hf.attention_probs_dropout_prob,
+        classifier_dropout=getattr(hf, "classifier_dropout", None), norm_eps=hf.layer_norm_eps,
+        activation=activation_from_hf(hf.hidden_act, source, "hidden_act"), position="learned", mlp="gelu",
+        norm="post", bias=True, tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
+        pooling="pooler", initializer_range=hf.initializer_range, hf_model_type=hf.model_type,
+    )
+
+
+def build_hf_model(cls: type, hf_config: transformers.PretrainedConfig, pooler: bool) -> nn.Module:
+    # the bare model draws a pooler unless told not to (as BERT's); its For* classes never have one
+    return cls(hf_config, add_pooling_layer=pooler) if cls.__name__.endswith("Model") else cls(hf_config)
+
+
+def load_arguments(hf_class: str, pooler: bool) -> dict[str, object]:
+    return {"add_pooling_layer": False} if hf_class.endswith("Model") and not pooler else {}
+
+
+def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
+    """The record of one of the three names of this graph: its model_type, class-name prefix and config class."""
+    classes = {f"{prefix}Model": "base", f"{prefix}ForMaskedLM": "pretraining",
+               f"{prefix}ForSequenceClassification": "classification",
+               f"{prefix}ForTokenClassification": "token_classification"}
+    heads = {f"{prefix}Model": (), f"{prefix}ForMaskedLM": MLM_HEAD,
+             f"{prefix}ForSequenceClassification": SEQUENCE_HEAD, f"{prefix}ForTokenClassification": TOKEN_HEAD}
+    # an encoder remembers which name it was imported under; one made here (none recorded) is RoBERTa
+    names = (None, model_type) if model_type == "roberta" else (model_type,)
+
+    def unfit_reason(config: EncoderConfig) -> str:
+        if config.hf_model_type not in names:
+            return f"the model was imported as {config.hf_model_type or 'no Hugging Face type'}, not {model_type}"
+        if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
+            return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
+                    f"{prefix}'s learned/gelu/post/bias")
+        if config.local_attention_window is not None:
+            return f"HF {prefix} has no local (sliding-window) attention"
+        if config.position_offset < 1:
+            return f"HF {prefix}'s positions start after the padding id (position_offset >= 1)"
+        if config.type_vocab_size < 1:
+            return f"HF {prefix} needs token-type embeddings (type_vocab_size >= 1)"
+        return ""
+
+    def class_for(kind: str, model: Any) -> tuple[str | None, str]:
+        if kind == "base":
+            return f"{prefix}Model", ""
+        if kind == "pretraining":
+            if model.nsp:
+                return None, f"HF {prefix} has no next-sentence-prediction head"
+            if model.config.activation != "gelu":
+                return None, f"HF {prefix}'s MLM head applies exact GELU, not activation={model.config.activation}"
+            return f"{prefix}ForMaskedLM", ""
+        if kind == "token_classification":
+            return f"{prefix}ForTokenClassification", ""
+        if model.config.pooling != "pooler":
+            return None, (f"HF {prefix}ForSequenceClassification always uses dense+tanh on <s>, not "
+                          f"pooling={model.config.pooling}")
+        return f"{prefix}ForSequenceClassification", ""
+
+    def config_to_hf(config: EncoderConfig, common: dict[str, object],
+                     special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+        # HF numbers positions from its pad id: it must be the one the encoder was trained with
+        values = common | {"pad_token_id": config.position_offset - 1}
+        return config_class(
+            vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
+            num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
+            hidden_act=OUR_TO_HF_ACTIVATION[config.activation], hidden_dropout_prob=config.hidden_dropout,
+            attention_probs_dropout_prob=config.attention_dropout,
+            max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
+            layer_norm_eps=config.norm_eps, initializer_range=config.initializer_range,
+            classifier_dropout=config.classifier_dropout, bos_token_id=special_tokens.get("cls"),
+            eos_token_id=special_tokens.get("sep"), **values)
+
+    return ModelFamily(
+        name=model_type, model_type=model_type, encoder_prefix="roberta.", classes=classes, head_keys=heads,
+        unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+        encoder_keys=encoder_keys, build_hf_model=build_hf_model, load_arguments=load_arguments,
+    )
+
+
+ROBERTA = _family("roberta", "Roberta", transformers.RobertaConfig)
+XLM_ROBERTA = _family("xlm-roberta", "XLMRoberta", transformers.XLMRobertaConfig)
+CAMEMBERT = _family("camembert", "Camembert", transformers.CamembertConfig)
