@@ -136,11 +136,20 @@ def first_example(parser: argparse.ArgumentParser) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parse_arguments(parser, argv)
     from bertforge.model_card import remember_command
 
-    remember_command(list(argv) if argv is not None else sys.argv[1:])  # the command a model card names
+    # the command a model card names, for this call only: a later run through the Python API in the same
+    # process (a notebook, a test) must not be credited to it
+    remember_command(list(argv) if argv is not None else sys.argv[1:])
+    try:
+        return _run_command(argv)
+    finally:
+        remember_command(None)
+
+
+def _run_command(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args = parse_arguments(parser, argv)
     debug = getattr(args, "debug", False) or os.environ.get("BERTFORGE_DEBUG") == "1"
     if getattr(args, "no_size_limits", False):
         lift_limits()

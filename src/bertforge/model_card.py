@@ -39,10 +39,10 @@ FEATURE_EXTRACTION = ("feature-extraction", "an encoder's hidden states")
 _command: list[str] | None = None  # `bertforge ...` as the user typed it (`remember_command`)
 
 
-def remember_command(arguments: list[str]) -> None:
-    """Keep the command line of this process for the cards it writes (called by `bertforge.cli.main`)."""
+def remember_command(arguments: list[str] | None) -> None:
+    """Keep the command line being run for the cards it writes (`bertforge.cli.main`; None when it returns)."""
     global _command
-    _command = ["bertforge", *arguments]
+    _command = None if arguments is None else ["bertforge", *arguments]
 
 
 def command_line() -> str | None:
