@@ -79,3 +79,21 @@ def test_the_summary_warns_when_the_pretrained_model_is_still_on_the_mlm_plateau
         assert "--pretrain-steps" in printed
     if accuracy is not None:
         assert f"(validation MLM accuracy {accuracy:.3f}, unigram baseline {unigram:.3f})" in printed
+
+
+def test_the_guides_shorter_demo_is_the_measured_plan_exactly() -> None:
+    """The guide quotes the figures measured on one QuickstartPlan (benchmarks.md's quickstart section); its
+    command line must give that plan, flag for flag."""
+    import shlex
+
+    from bertforge.cli import build_parser, parse_arguments
+    from bertforge.commands.quickstart import plan_of
+    from bertforge.quickstart import QuickstartPlan
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text(encoding="utf-8")
+    [line] = [line for line in guide.splitlines() if line.startswith("bertforge quickstart --out runs/quickstart-short")]
+    arguments = shlex.split(line.split("#")[0])[1:]
+    plan = plan_of(parse_arguments(build_parser(), arguments))
+    assert plan == QuickstartPlan(out_dir=Path("runs/quickstart-short"), pretrain_steps=1500, seq_len=64,
+                                  train_rows=1000, validation_rows=200, test_rows=1000, finetune_epochs=4,
+                                  minilm_epochs=1, seed=1)

@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 
 from bertforge.commands.common import add_command
+from bertforge.quickstart import QuickstartPlan
+
+# the plan's sizes a flag can set: QuickstartPlan field -> what it is
+SIZES = {"pretrain_steps": "pre-training steps", "seq_len": "tokens per pre-training sample",
+         "train_rows": "supersense training examples used for fine-tuning",
+         "validation_rows": "supersense validation examples (they choose the best checkpoint)",
+         "test_rows": "supersense test examples", "finetune_epochs": "fine-tuning epochs of the tiny models",
+         "minilm_epochs": "fine-tuning epochs of all-MiniLM-L6-v2"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,13 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "class, and print the results with where everything was written. Re-running resumes.",
         example="""
         bertforge quickstart
-        bertforge quickstart --out runs/demo --pretrain-steps 300 --train-rows 4000
+        bertforge quickstart --out runs/quickstart-short --pretrain-steps 1500 --seq-len 64 --train-rows 1000 --validation-rows 200 --test-rows 1000 --finetune-epochs 4 --minilm-epochs 1
         """)
     parser.add_argument("--out", default="runs/quickstart", help="directory for every output (default: %(default)s)")
-    parser.add_argument("--pretrain-steps", type=int, default=None, help="pre-training steps (default: 700)")
-    parser.add_argument("--train-rows", type=int, default=None,
-                        help="supersense training examples used for fine-tuning (default: 8000)")
-    parser.add_argument("--test-rows", type=int, default=None, help="supersense test examples (default: 2000)")
+    for name, what in SIZES.items():
+        default = getattr(QuickstartPlan(), name)
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"{what} (default: {default})")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of every training stage (default: 42); use a new --out per seed, as a finished "
                              "run is resumed, not trained again")
@@ -29,23 +36,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from bertforge.console import quiet_transformers
-    from bertforge.errors import BertforgeError
-    from bertforge.output_guard import output_directory
-    from bertforge.quickstart import QuickstartPlan, run_quickstart
+    from bertforge.quickstart import run_quickstart
 
     quiet_transformers()
+    run_quickstart(plan_of(args))
+    return 0
+
+
+def plan_of(args: argparse.Namespace) -> QuickstartPlan:
+    """The plan the flags describe: the defaults, with each size given on the command line."""
+    import dataclasses
+
+    from bertforge.errors import BertforgeError
+    from bertforge.output_guard import output_directory
 
     changes: dict[str, object] = {"out_dir": output_directory(args.out, "--out")}
-    for field, value in (("pretrain_steps", args.pretrain_steps), ("train_rows", args.train_rows),
-                         ("test_rows", args.test_rows)):
+    for field in SIZES:
+        value = getattr(args, field)
         if value is not None:
             if value < 1:
                 raise BertforgeError(f"--{field.replace('_', '-')} must be at least 1")
             changes[field] = value
     if args.seed is not None:
         changes["seed"] = args.seed
-    run_quickstart(dataclasses.replace(QuickstartPlan(), **changes))
-    return 0
+    return dataclasses.replace(QuickstartPlan(), **changes)
