@@ -139,3 +139,22 @@ def test_the_alphabet_pass_sees_the_characters_the_trainer_sees(corpus_slice: Pa
 def test_a_one_shot_iterator_is_refused_since_the_texts_are_read_twice() -> None:
     with pytest.raises(TypeError, match="twice"):
         train_wordpiece(iter(["some text"] * 50), vocab_size=200)
+
+
+def test_a_users_script_without_a_main_guard_trains_a_tokenizer_once(corpus_slice: Path, tmp_path: Path) -> None:
+    """Tokenizer training runs in a spawned child; spawn re-runs the caller's script first unless told not to,
+    so a plain script calling the API (no `if __name__ == "__main__":`) started its work again in the child
+    and failed with multiprocessing's bootstrapping error."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_my_tokenizer.py"
+    script.write_text("from pathlib import Path\n"
+                      "from bertforge.data.tokenizer import train_tokenizer_from_inputs\n"
+                      "Path(__file__).with_name('runs.log').open('a').write('run\\n')\n"
+                      f"train_tokenizer_from_inputs([{str(corpus_slice)!r}], {str(tmp_path / 'tok')!r}, vocab_size=512)\n",
+                      encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "tok" / "tokenizer.json").is_file()
+    assert (tmp_path / "runs.log").read_text() == "run\n"  # the script ran once, not again in the child

@@ -20,8 +20,10 @@ import math
 import multiprocessing
 import re
 import signal
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -391,7 +393,8 @@ def _in_child_process(sources: list[Source], text_field: str, settings: dict[str
     # Ctrl-C), and one that arrives meanwhile is delivered here when it is unblocked, not lost
     blocked_before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        child.start()
+        with _callers_script_not_rerun():
+            child.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked_before)
     send.close()
@@ -411,6 +414,24 @@ def _in_child_process(sources: list[Source], text_field: str, settings: dict[str
     if kind == "error":
         raise value
     return value
+
+
+@contextmanager
+def _callers_script_not_rerun() -> Iterator[None]:
+    """A spawned child runs the caller's `__main__` script again before its target, to find functions
+    defined there. Ours is a bertforge function, so the child needs none of it, and a user's script that
+    calls the Python API without the `if __name__ == "__main__":` guard would start its own work over in
+    the child and fail. Hiding the script's path while the child starts makes spawn skip it."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main, "__spec__", None) is not None:  # `-m module` (guarded), a REPL
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 @dataclass
