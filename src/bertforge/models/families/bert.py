@@ -95,10 +95,10 @@ def class_for(kind: str, model: Any) -> tuple[str | None, str]:
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
-    position_type = getattr(hf, "position_embedding_type", "absolute")
+    position_type = getattr(hf, "position_embedding_type", None) or "absolute"
     if position_type != "absolute":
         raise BertforgeError(f"{source}: position_embedding_type={position_type!r} is not supported; "
-                             "bertforge imports BERT checkpoints with absolute (learned) positions")
+                             "bertforge imports checkpoints with absolute (learned) positions")
     return EncoderConfig(
         vocab_size=hf.vocab_size, hidden_size=hf.hidden_size, num_layers=hf.num_hidden_layers,
         num_heads=hf.num_attention_heads, intermediate_size=hf.intermediate_size,

@@ -12,6 +12,7 @@ under other names, with no pooler in the encoder. The three model types are thre
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import transformers
@@ -19,12 +20,12 @@ from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
+from bertforge.models.families.bert import config_from_hf as bert_config_from_hf
 from bertforge.models.families.bert import encoder_keys
 from bertforge.models.families.family import (
     OUR_TO_HF_ACTIVATION,
     KeyPair,
     ModelFamily,
-    activation_from_hf,
 )
 
 MLM_HEAD: tuple[KeyPair, ...] = (
@@ -46,24 +47,12 @@ TOKEN_HEAD: tuple[KeyPair, ...] = (("classifier.weight", "classifier.weight"), (
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
-    position_type = getattr(hf, "position_embedding_type", None) or "absolute"
-    if position_type != "absolute":
-        raise BertforgeError(f"{source}: position_embedding_type={position_type!r} is not supported; "
-                             "bertforge imports RoBERTa checkpoints with absolute (learned) positions")
+    """BERT's mapping, plus where RoBERTa's positions start and which of the graph's three names it carries."""
     if hf.pad_token_id is None:
         raise BertforgeError(f"{source}: no pad_token_id in config.json; RoBERTa's positions start after it "
                              "(roberta-base: 1), so give it")
-    return EncoderConfig(
-        vocab_size=hf.vocab_size, hidden_size=hf.hidden_size, num_layers=hf.num_hidden_layers,
-        num_heads=hf.num_attention_heads, intermediate_size=hf.intermediate_size,
-        max_position_embeddings=hf.max_position_embeddings, type_vocab_size=hf.type_vocab_size,
-        position_offset=hf.pad_token_id + 1,
-        hidden_dropout=hf.hidden_dropout_prob, attention_dropout=hf.attention_probs_dropout_prob,
-        classifier_dropout=getattr(hf, "classifier_dropout", None), norm_eps=hf.layer_norm_eps,
-        activation=activation_from_hf(hf.hidden_act, source, "hidden_act"), position="learned", mlp="gelu",
-        norm="post", bias=True, tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
-        pooling="pooler", initializer_range=hf.initializer_range, hf_model_type=hf.model_type,
-    )
+    return dataclasses.replace(bert_config_from_hf(hf, source), position_offset=hf.pad_token_id + 1,
+                               hf_model_type=hf.model_type)
 
 
 def build_hf_model(cls: type, hf_config: transformers.PretrainedConfig, pooler: bool) -> nn.Module:
