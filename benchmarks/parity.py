@@ -149,6 +149,29 @@ class BertforgeOptions:
     pooling: str | None = None  # None keeps BERT's pooler, as BertForSequenceClassification
     betas: tuple[float, float] = (0.9, 0.999)  # HF Trainer's defaults
     eps: float = 1e-8
+    head_init: str | None = None  # None: the classifier as bertforge draws it; else see `redraw_classifier`
+
+
+HEAD_DRAWS = ("normal", "truncated")
+
+
+def redraw_classifier(model: torch.nn.Module, draw: str, seed: int) -> None:
+    """Re-draw the classification head's last linear layer (`--bertforge-head-init`): `normal` is
+    `transformers`' plain normal, `truncated` BERT's cut at two std, both of std `initializer_range`
+    and a zero bias. The draw comes from its own generator seeded by the run's seed, so the global
+    random stream (dropout) and the data order stay those of the run as shipped: paired by seed, the
+    two runs differ in the head's initial values only."""
+    from bertforge.models.init import truncated_normal_
+
+    classifier = model.head.classifier
+    generator = torch.Generator().manual_seed(seed)
+    std = model.config.initializer_range
+    with torch.no_grad():
+        if draw == "normal":
+            classifier.weight.normal_(0.0, std, generator=generator)
+        else:
+            truncated_normal_(classifier.weight, std, generator=generator)
+        classifier.bias.zero_()
 
 
 def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
@@ -192,7 +215,16 @@ def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: P
     config_file = workdir / "finetune.yaml"
     config_file.write_text(yaml.safe_dump(finetune_config(workdir, task, seed, epochs, init, dropout, options)))
     config = load_config(config_file)
-    classify = ClassificationTask(config)
+    if options.head_init is None:
+        classify = ClassificationTask(config)
+    else:
+        class RedrawnHeadTask(ClassificationTask):
+            def build_model(self) -> torch.nn.Module:
+                model = super().build_model()
+                redraw_classifier(model, options.head_init, seed)
+                return model
+
+        classify = RedrawnHeadTask(config)
     trainer = Trainer(config, classify)
     result = trainer.fit()
     if result.stopped_by == "signal":  # the trainer saved a checkpoint and returned: stop the study too
@@ -374,7 +406,8 @@ def describe(task: TaskData, epochs: int) -> str:
 
 
 def parity_mode(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tuple[str, dict]:
-    options = BertforgeOptions(args.bertforge_pooling, tuple(args.bertforge_adam[:2]), args.bertforge_adam[2])
+    options = BertforgeOptions(args.bertforge_pooling, tuple(args.bertforge_adam[:2]), args.bertforge_adam[2],
+                               args.bertforge_head_init)
     lines, raw = [TABLE_HEAD.format(first="task")], {}
     notes = [f"- bertforge's side: {options}"] if options != BertforgeOptions() else []
     for name in args.tasks:
@@ -500,6 +533,9 @@ def main() -> int:
                              "all-MiniLM-L6-v2 was trained: not like for like, shown for what it gives")
     parser.add_argument("--bertforge-adam", type=lambda s: [float(x) for x in s.split(",")], default=[0.9, 0.999, 1e-8],
                         help="bertforge's AdamW beta1,beta2,eps (default HF Trainer's 0.9,0.999,1e-8)")
+    parser.add_argument("--bertforge-head-init", choices=HEAD_DRAWS, default=None,
+                        help="re-draw bertforge's classifier this way from a generator seeded by the run's seed "
+                             "(default: as bertforge draws it): the head-initialisation study")
     parser.add_argument("--sides", type=lambda s: tuple(s.split(",")), default=("bertforge", "HF"),
                         help="parity mode: run only one side (bertforge or HF), e.g. for a what-if of bertforge's")
     parser.add_argument("--quick", action="store_true", help="smoke test: 128 rows, 1 epoch, 1 seed")

@@ -20,7 +20,7 @@ RESIDUAL_OUTPUT_SUFFIXES = ("attention.output", "mlp.output")
 CUTOFF_STDS = 2.0
 
 
-def _truncated_normal(weight: torch.Tensor, std: float) -> None:
+def truncated_normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None = None) -> None:
     """A normal draw with every value beyond CUTOFF_STDS redrawn until inside: the truncated normal.
 
     Why not `nn.init.trunc_normal_`: in torch 2.13 it redraws the *whole* tensor until no value is
@@ -29,10 +29,10 @@ def _truncated_normal(weight: torch.Tensor, std: float) -> None:
     """
     limit = CUTOFF_STDS * std
     flat = weight.view(-1)
-    flat.normal_(0.0, std)
+    flat.normal_(0.0, std, generator=generator)
     outside = (flat.abs() > limit).nonzero().squeeze(1)
     while outside.numel():
-        flat[outside] = flat.new_empty(outside.numel()).normal_(0.0, std)
+        flat[outside] = flat.new_empty(outside.numel()).normal_(0.0, std, generator=generator)
         outside = outside[flat[outside].abs() > limit]
 
 
@@ -43,11 +43,11 @@ def init_weights(module: nn.Module, config: EncoderConfig) -> None:
     for name, child in module.named_modules():
         if isinstance(child, nn.Linear):
             scaled = config.norm == "pre" and name.endswith(RESIDUAL_OUTPUT_SUFFIXES)
-            _truncated_normal(child.weight, residual_std if scaled else config.initializer_range)
+            truncated_normal_(child.weight, residual_std if scaled else config.initializer_range)
             if child.bias is not None:
                 nn.init.zeros_(child.bias)
         elif isinstance(child, nn.Embedding):
-            _truncated_normal(child.weight, config.initializer_range)
+            truncated_normal_(child.weight, config.initializer_range)
         elif isinstance(child, nn.LayerNorm):
             nn.init.ones_(child.weight)
             if child.bias is not None:
