@@ -85,6 +85,7 @@ def kind_of_loaded(loaded: LoadedModel) -> TaskKind:
 
 def load_model(reference: str | Path) -> LoadedModel:
     """Load any model `bertforge.locate` understands, on the CPU, in eval mode."""
+    import bertforge.tasks.kinds  # noqa: F401  (every kind's model class, so a directory holding one loads)
     from bertforge.models.loading import load_model_directory
 
     location = resolve_model(reference)

@@ -35,6 +35,7 @@ from bertforge.models.families import (
     family_of_class,
     family_of_model_type,
 )
+from bertforge.models.families.family import HEAD_KINDS
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.serialization import (
     copy_tokenizer_files,
@@ -47,7 +48,7 @@ from bertforge.size_limits import check_model_fits
 
 BertforgeAny = (BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
                 | BertforgeForTokenClassification | BertforgeForEmbedding)
-TASKS = ("auto", "base", "pretraining", "classification", "token_classification")  # the heads HF classes hold
+TASKS = ("auto", *HEAD_KINDS)  # the heads HF classes hold
 
 # HF class -> the task it is imported as by default (task="auto")
 IMPORTABLE_CLASSES = {name: family.classes[name] for name, family in CLASS_FAMILY.items()}
@@ -67,7 +68,11 @@ def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
     family, reason = family_for_config(model.config)
     if family is None:
         return None, reason
-    return family.class_for(model.head_kind, model)
+    hf_class, reason = family.class_for(model.head_kind, model)
+    if hf_class is not None and family.classes.get(hf_class) != model.head_kind:
+        # a family file written before this head kind existed answers with another kind's class
+        return None, f"bertforge knows no HF {family.name} class for a {model.head_kind.replace('_', '-')} head"
+    return hf_class, reason
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,7 +139,7 @@ def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.Pre
                nsp: bool | None, pooler: bool) -> BertforgeAny:
     """A fresh model of `task`'s class with the head options the checkpoint implies where none is given: its
     label count and names, its problem type, whether it has an NSP head."""
-    from bertforge.models.loading import MODEL_FOR_HEAD
+    from bertforge.models.loading import model_for_head
 
     family = family_of_class(hf_class)
     if hf_class.endswith(("ForTokenClassification", "ForSequenceClassification")):  # config.json names its labels
@@ -149,7 +154,7 @@ def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.Pre
     if nsp is None:  # a checkpoint with an NSP head keeps it (BertForPreTraining); a masked-LM one has none
         nsp = any(key.startswith("nsp_head.") for key, _ in family.head_keys[hf_class])
     try:
-        return MODEL_FOR_HEAD[task].for_head(config, source_pooler=pooler, nsp=nsp, num_labels=num_labels,
+        return model_for_head(task).for_head(config, source_pooler=pooler, nsp=nsp, num_labels=num_labels,
                                              problem_type=problem_type or "classification", label_names=label_names)
     except ConfigError as error:
         raise BertforgeError(f"{hf_class} has no such head ({error}): give num_labels (or label names) for the "

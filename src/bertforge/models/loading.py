@@ -22,14 +22,25 @@ from bertforge.models.embedding import BertforgeForEmbedding, embedding_pooling
 from bertforge.models.encoder import BertforgeModel
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
-from bertforge.models.serialization import is_bertforge_model_dir, load_bertforge_model
+from bertforge.models.serialization import MODEL_CLASSES, is_bertforge_model_dir, load_bertforge_model
 from bertforge.models.token_classification import BertforgeForTokenClassification
 
-# what `load_for_task` builds, by each model class's `head_kind`: a lookup, not a branch per kind
-MODEL_FOR_HEAD: dict[str, type[BertforgeAny]] = {
-    cls.head_kind: cls for cls in (BertforgeModel, BertforgeForPreTraining, BertforgeForSequenceClassification,
-                                   BertforgeForTokenClassification, BertforgeForEmbedding)}
-TASKS = tuple(MODEL_FOR_HEAD)
+# the heads models/ holds itself; a task kind whose model class lives in its own module (a `SavableModel`
+# subclass) registers it by being imported (`bertforge.tasks.kinds` imports every kind)
+OWN_MODEL_CLASSES = (BertforgeModel, BertforgeForPreTraining, BertforgeForSequenceClassification,
+                     BertforgeForTokenClassification, BertforgeForEmbedding)
+
+
+def model_for_head(head_kind: str) -> type[BertforgeAny]:
+    """The model class of a `head_kind` (what `load_for_task` and the HF importer build): a lookup over the
+    registered model classes, not a branch per kind."""
+    classes = {cls.head_kind: cls for cls in (*OWN_MODEL_CLASSES, *MODEL_CLASSES.values())
+               if getattr(cls, "head_kind", "")}
+    if head_kind not in classes:
+        raise ConfigError(f"unknown task {head_kind!r}; choose one of {', '.join(classes)} (a task kind's model "
+                          "class is known once `bertforge.tasks.kinds` is imported)")
+    return classes[head_kind]  # type: ignore[return-value]
+
 # The model fields a run may set when it starts from a saved model: they change no weight's shape.
 # (Every other `model.*` field comes from the saved model.)
 RUNTIME_FIELDS = ("hidden_dropout", "attention_dropout", "classifier_dropout", "attention_backend", "pooling")
@@ -54,9 +65,7 @@ def load_for_task(reference: str | Path, task: str, *, config_overrides: dict[st
     initialised from the model `reference` names. `head_options` are the head's: `num_labels`/`label_names`
     size a classifier's head, `problem_type` (sequence classification), `nsp` (pre-training), `normalize`
     (embeddings); a head ignores the others."""
-    if task not in MODEL_FOR_HEAD:
-        raise ConfigError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    model_class = MODEL_FOR_HEAD[task]
+    model_class = model_for_head(task)
     location = resolve_model(reference)
     source = load_model_directory(location.path)
     overrides = model_class.source_overrides(source, location.path, dict(config_overrides or {}))

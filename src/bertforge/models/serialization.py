@@ -58,7 +58,7 @@ class SavableModel:
 
     Each model class also says, in one place, what the loader and the HF exporter need to know about
     its head (so they look it up instead of branching on the class): `head_kind` (the key of
-    `MODEL_FOR_HEAD` and of each family's class table), `for_head` (a fresh model of this kind on an
+    `loading.model_for_head` and of each family's class table), `for_head` (a fresh model of this kind on an
     encoder config), `pooler_module`, `copy_head_from`, `hf_config_extras` and `output_name`.
     """
 

@@ -27,7 +27,8 @@ from bertforge.models.config import EncoderConfig
 KeyPair = tuple[str, str | tuple[str, str, str]]
 
 # what a bertforge model is, for choosing its HF class: base | pretraining | classification | token_classification
-HEAD_KINDS = ("base", "pretraining", "classification", "token_classification")
+# | multiple_choice (a family without a class for a kind answers (None, why) from `class_for`)
+HEAD_KINDS = ("base", "pretraining", "classification", "token_classification", "multiple_choice")
 
 HF_TO_OUR_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                         "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
