@@ -58,7 +58,7 @@ POSITIONS = ("learned", "rope", "alibi")
 MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
-POOLINGS = ("pooler", "relu_pooler", "cls", "mean", "last")
+POOLINGS = ("pooler", "relu_pooler", "gelu_pooler", "cls", "mean", "last")
 TASK_TYPES = ("classification", "regression", "token_classification", "embedding")
 EMBEDDING_LOSSES = ("mnrl", "cosine")
 MASK_SCHEDULES = ("constant", "linear", "cosine")
@@ -101,7 +101,7 @@ class ModelSection:
     global_every_n: int | None = None  # every n-th layer attends globally when a local window is set
     tie_word_embeddings: bool | None = None  # tie the MLM decoder to the word embeddings
     attention_backend: str = "auto"  # auto (GPU: varlen_attn, or flash-attn for ALiBi/dropout; CPU: sdpa) | varlen | flash | sdpa | eager
-    pooling: str | None = None  # sequence head / embedding input: pooler (BERT's tanh pooler on [CLS]; classifiers only) | relu_pooler (DistilBERT's dense+ReLU on [CLS]; classifiers only) | cls | mean | last (token); None = the preset's (embeddings: the source's, else mean)
+    pooling: str | None = None  # sequence head / embedding input: pooler (BERT's tanh pooler on [CLS]; classifiers only) | relu_pooler (DistilBERT's dense+ReLU on [CLS]; classifiers only) | gelu_pooler (ELECTRA's dense+GELU on [CLS]; classifiers only) | cls | mean | last (token); None = the preset's (embeddings: the source's, else mean)
     classifier_dropout: float | None = None  # dropout before the classifier; None = hidden_dropout
 
     def __post_init__(self) -> None:

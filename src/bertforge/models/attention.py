@@ -22,6 +22,10 @@ chooses among them, a pure function tested on CPU):
 
 The row placement and the masks depend only on the sequence boundaries, so they are built once
 per forward in `PackedAttention` and shared by every layer (one mask per distinct window).
+
+A learned additive bias (MPNet's relative positions, `models/relative_position.py`) is a
+[heads, L, L] matrix over key-query offsets; neither FlashAttention kernel takes one, so such layers
+run SDPA with the block-diagonal mask folded into the bias (or eager, per sequence).
 """
 
 from __future__ import annotations
@@ -48,11 +52,11 @@ _logged_choices: set[BackendChoice] = set()
 
 
 def backend_for(requested: str, query: torch.Tensor, *, window: int | None, alibi: bool,
-                dropout_p: float) -> BackendChoice:
+                dropout_p: float, bias: bool = False) -> BackendChoice:
     """`choose_backend` for this query's device and dtype; an `auto` fallback on a GPU is logged once."""
     if query.device not in _kernels_by_device:
         _kernels_by_device[query.device] = available_kernels(query.device)
-    needs = LayerNeeds(query.device.type, query.dtype, dropout_p, alibi, window, query.shape[-1])
+    needs = LayerNeeds(query.device.type, query.dtype, dropout_p, alibi, window, query.shape[-1], bias)
     choice = choose_backend(requested, needs, _kernels_by_device[query.device])
     log_fallback_once(choice)
     return choice
@@ -127,10 +131,12 @@ class PackedAttention:
         self._alibi_biases: dict[int | None, torch.Tensor] = {}
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None = None,
-               alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0) -> torch.Tensor:
-        """[tokens, heads, head_dim] in and out. `window`: keys at most this many positions away on each side."""
+               alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
+               bias: torch.Tensor | None = None) -> torch.Tensor:
+        """[tokens, heads, head_dim] in and out. `window`: keys at most this many positions away on each side.
+        `bias`: [heads, max_seqlen, max_seqlen] added to the scores, a function of the key-query offset only."""
         backend = backend_for(self.backend, query, window=window, alibi=alibi_slopes is not None,
-                              dropout_p=dropout_p).backend
+                              dropout_p=dropout_p, bias=bias is not None).backend
         if backend == "varlen":
             return varlen_attention(query, key, value, self.cu_seqlens, self.max_seqlen, window=window)
         if backend == "flash":
@@ -138,8 +144,9 @@ class PackedAttention:
                                           alibi_slopes=alibi_slopes, dropout_p=dropout_p)
         if backend == "eager":
             return eager_attention(query, key, value, self.cu_seqlens, window=window, alibi_slopes=alibi_slopes,
-                                   dropout_p=dropout_p)
-        return self._sdpa(query, key, value, window=window, alibi_slopes=alibi_slopes, dropout_p=dropout_p)
+                                   dropout_p=dropout_p, bias=bias)
+        return self._sdpa(query, key, value, window=window, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
+                          bias=bias)
 
     @property
     def placement(self) -> RowPlacement:
@@ -180,11 +187,20 @@ class PackedAttention:
             self._alibi_biases[window] = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
         return self._alibi_biases[window].to(dtype)
 
+    def _learned_bias(self, window: int | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[rows or 1, heads, len, len]: the learned bias where attention is allowed, -inf elsewhere. Not cached:
+        it carries the gradient of this forward's bias table (the boolean mask under it is cached)."""
+        allowed = self._boolean_mask(window)
+        bias = bias.to(dtype)[None]
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+
     def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None,
-              alibi_slopes: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
+              alibi_slopes: torch.Tensor | None, dropout_p: float, bias: torch.Tensor | None = None) -> torch.Tensor:
         placement = self.placement
         own_dropout = dropout_p > 0 and query.device.type == "cpu"
-        if alibi_slopes is not None:
+        if bias is not None:
+            mask = self._learned_bias(window, bias, query.dtype)
+        elif alibi_slopes is not None:
             mask = self._alibi_bias(window, alibi_slopes, query.dtype)
         elif own_dropout:
             mask = self._additive_mask(window, query.dtype)
@@ -225,7 +241,7 @@ def _to_rows(x: torch.Tensor, placement: RowPlacement) -> torch.Tensor:
 
 def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor, *,
                     window: int | None = None, alibi_slopes: torch.Tensor | None = None,
-                    dropout_p: float = 0.0) -> torch.Tensor:
+                    dropout_p: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The textbook computation, one sequence at a time: slow, obviously correct."""
     scale = query.shape[-1] ** -0.5
     outputs = []
@@ -237,6 +253,8 @@ def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         distance = (positions[:, None] - positions[None, :]).abs()
         if alibi_slopes is not None:
             scores = scores - alibi_slopes.float()[:, None, None] * distance
+        if bias is not None:  # a function of the offset alone: its top-left block is this sequence's
+            scores = scores + bias[:, :end - start, :end - start].float()
         if window is not None:
             scores = scores.masked_fill(distance > window, float("-inf"))
         probabilities = F.dropout(scores.softmax(dim=-1), p=dropout_p).to(v.dtype)

@@ -65,6 +65,7 @@ class LayerNeeds:
     alibi: bool  # ALiBi distance bias
     window: int | None  # keys at most this many positions away on each side; None = whole sequence
     head_dim: int
+    bias: bool = False  # a learned additive bias on the scores (MPNet's relative positions)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ def _varlen_problem(needs: LayerNeeds, kernels: AvailableKernels) -> str | None:
         return f"this torch ({torch.__version__}) has no torch.nn.attention.varlen (2.10+ has it)"
     if needs.alibi:
         return "varlen_attn has no ALiBi bias"
+    if needs.bias:
+        return "varlen_attn takes no additive attention bias (MPNet's relative position bias)"
     if needs.dropout_p > 0:
         return "varlen_attn has no attention dropout (model.attention_dropout > 0 while training)"
     return _flash_kernel_problem(needs, kernels)
@@ -109,6 +112,8 @@ def _varlen_problem(needs: LayerNeeds, kernels: AvailableKernels) -> str | None:
 def _flash_attn_problem(needs: LayerNeeds, kernels: AvailableKernels) -> str | None:
     if not kernels.flash_attn:
         return "the flash-attn package is not installed (pip install 'bertforge[flash]')"
+    if needs.bias:
+        return "flash-attn takes ALiBi slopes but no learned additive bias"
     return _flash_kernel_problem(needs, kernels)
 
 

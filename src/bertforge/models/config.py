@@ -24,10 +24,11 @@ MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
-POOLINGS = ("pooler", "relu_pooler", "cls", "mean", "last")
+POOLINGS = ("pooler", "relu_pooler", "gelu_pooler", "cls", "mean", "last")
 VOCAB_MULTIPLE = 64
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
-               "type_vocab_size", "local_attention_window", "global_every_n", "position_offset")
+               "type_vocab_size", "local_attention_window", "global_every_n", "position_offset", "embedding_size",
+               "relative_attention_buckets")
 
 
 @dataclass
@@ -40,6 +41,8 @@ class EncoderConfig:
     max_position_embeddings: int = 512  # longest sequence for learned positions (rope/alibi: a soft limit)
     type_vocab_size: int = 2  # token-type (segment) embeddings; 0 = none (ModernBERT, DistilBERT); 1 = every token type 0 (RoBERTa)
     position_offset: int = 0  # learned position of a sequence's first token (RoBERTa: padding_idx + 1 = 2)
+    embedding_size: int | None = None  # width of the token embeddings where it differs from hidden_size (ELECTRA): a linear layer projects them to hidden_size; None = hidden_size
+    relative_attention_buckets: int = 0  # MPNet's relative position bias: buckets of key-query offsets, one learned bias per bucket and head shared by all layers, added to the attention scores; 0 = none
     hidden_dropout: float = 0.1  # dropout on embeddings and on each sub-layer's output
     attention_dropout: float = 0.1  # dropout on attention probabilities
     classifier_dropout: float | None = None  # dropout before a sequence classifier; None = hidden_dropout
@@ -55,7 +58,7 @@ class EncoderConfig:
     rope_theta_local: float = 10000.0  # RoPE base of local (sliding-window) layers
     tie_word_embeddings: bool = True  # the MLM decoder reuses the word-embedding matrix
     attention_backend: str = "auto"  # auto (varlen on GPUs, else sdpa) | varlen | flash | sdpa | eager
-    pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | relu_pooler (DistilBERT's pre_classifier: dense+ReLU on [CLS]) | cls | mean | last (+ dense/act/norm); embeddings: cls | mean | last
+    pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | relu_pooler (DistilBERT's pre_classifier: dense+ReLU on [CLS]) | gelu_pooler (ELECTRA's classifier.dense + exact GELU on [CLS]) | cls | mean | last (+ dense/act/norm); embeddings: cls | mean | last
     initializer_range: float = 0.02  # std of the truncated-normal initialisation
     hf_model_type: str | None = None  # the Hugging Face model_type imported from, where its graph is another's (xlm-roberta, camembert): export writes it back
 
@@ -76,6 +79,17 @@ class EncoderConfig:
         if not 0 <= self.position_offset < self.max_position_embeddings:
             raise ConfigError(f"model `position_offset` is {self.position_offset}; give 0 (BERT) or the first learned "
                               f"position of a sequence (RoBERTa: 2), below max_position_embeddings")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            raise ConfigError(f"model `embedding_size` is {self.embedding_size}; give the embeddings' width, or leave "
+                              "it unset for hidden_size")
+        buckets = self.relative_attention_buckets
+        if buckets and (buckets < 4 or buckets % 2):
+            raise ConfigError(f"model `relative_attention_buckets` is {self.relative_attention_buckets}; give an even "
+                              "number of at least 4 (half for keys before the query, half after; MPNet: 32) or 0 "
+                              "for none")
+        if self.attention_backend in ("varlen", "flash") and self.relative_attention_buckets:
+            raise ConfigError(f"model `attention_backend` is {self.attention_backend!r}, which takes no attention bias, "
+                              "and `relative_attention_buckets` is set (MPNet's relative position bias); use auto or sdpa")
         if self.type_vocab_size < 0:
             raise ConfigError(f"model `type_vocab_size` is {self.type_vocab_size}; use 0 for no token types")
         if self.hidden_size % self.num_heads:
@@ -100,6 +114,15 @@ class EncoderConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def embedding_width(self) -> int:
+        """The token embeddings' width (ELECTRA's `embedding_size`), which the MLM decoder shares."""
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
+
+    @property
+    def projects_embeddings(self) -> bool:
+        return self.embedding_width != self.hidden_size
 
     @property
     def max_sequence_length(self) -> int:
@@ -132,11 +155,16 @@ class EncoderConfig:
         hidden, inner, bias = self.hidden_size, self.intermediate_size, int(self.bias)
         norm = hidden * (1 + bias)
         positions = self.max_position_embeddings if self.position == "learned" else 0
-        embeddings = (self.vocab_size + positions + self.type_vocab_size) * hidden + norm
+        width = self.embedding_width
+        embeddings = (self.vocab_size + positions + self.type_vocab_size) * width + width * (1 + bias)
+        if self.projects_embeddings:
+            embeddings += width * hidden + hidden
+        embeddings += self.relative_attention_buckets * self.num_heads
         mlp_inner = inner * (2 if self.mlp == "geglu" else 1)
         layer = (3 * hidden * hidden + 3 * hidden * bias + hidden * hidden + hidden * bias  # attention
                  + hidden * mlp_inner + mlp_inner * bias + inner * hidden + hidden * bias + 2 * norm)
-        mlm_head = hidden * hidden + hidden * bias + norm + self.vocab_size * (bias + (not self.tie_word_embeddings) * hidden)
+        mlm_head = (hidden * width + width * bias + width * (1 + bias)
+                    + self.vocab_size * (bias + (not self.tie_word_embeddings) * width))
         return embeddings + self.num_layers * layer + mlm_head
 
     def to_dict(self) -> dict[str, Any]:

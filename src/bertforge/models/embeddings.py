@@ -1,7 +1,9 @@
 """Token embeddings on packed input: word + (learned position) + (token type), then a norm.
 
 With `position = rope | alibi` positions enter inside attention instead, and ModernBERT has no token
-types (`type_vocab_size = 0`); the norm and dropout are common to all variants.
+types (`type_vocab_size = 0`); the norm and dropout are common to all variants. ELECTRA's embeddings
+are narrower than the encoder (`embedding_size`): they are summed and normalised at their own width,
+then a linear layer (`project`) widens them to hidden_size.
 
 The word-embedding gradient can be added in place into a kept `.grad` (`accumulate_word_gradient_in_place`,
 which the trainer sets for single-process CPU runs: `bertforge.train.kept_gradients`). Why: autograd's embedding
@@ -21,8 +23,8 @@ from bertforge.models.config import EncoderConfig
 from bertforge.models.dropout import Dropout
 
 
-def layer_norm(config: EncoderConfig) -> nn.LayerNorm:
-    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.bias)
+def layer_norm(config: EncoderConfig, width: int | None = None) -> nn.LayerNorm:
+    return nn.LayerNorm(width or config.hidden_size, eps=config.norm_eps, bias=config.bias)
 
 
 class _LookupAddingIntoGrad(torch.autograd.Function):
@@ -50,14 +52,17 @@ class Embeddings(nn.Module):
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.config = config
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        width = config.embedding_width
+        self.word_embeddings = nn.Embedding(config.vocab_size, width)
         self.accumulate_word_gradient_in_place = False  # set by the trainer (see the module docstring)
-        self.position_embeddings = (nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.position_embeddings = (nn.Embedding(config.max_position_embeddings, width)
                                     if config.position == "learned" else None)
-        self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, width)
                                       if config.type_vocab_size > 0 else None)
-        self.norm = layer_norm(config)
+        self.norm = layer_norm(config, width)
         self.dropout = Dropout(config.hidden_dropout)
+        # ELECTRA: after the dropout, as `ElectraModel.embeddings_project` is applied to the embeddings' output
+        self.project = nn.Linear(width, config.hidden_size) if config.projects_embeddings else None
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
                 max_seqlen: int) -> torch.Tensor:
@@ -83,4 +88,5 @@ class Embeddings(nn.Module):
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
             hidden = hidden + self.token_type_embeddings(token_type_ids)
-        return self.dropout(self.norm(hidden))
+        hidden = self.dropout(self.norm(hidden))
+        return self.project(hidden) if self.project is not None else hidden

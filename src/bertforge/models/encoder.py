@@ -4,7 +4,8 @@ Padding is removed once, before the embeddings (or never exists, when the data l
 `cu_seqlens` travels through every layer, so the linear layers — nearly all of the FLOPs — run on
 real tokens only. Attention respects the sequence boundaries through `PackedAttention`, built once
 per forward. Positions are each token's index within its own sequence (`position_ids`), which is
-all learned positions and RoPE need; ALiBi uses distances within a sequence.
+all learned positions and RoPE need; ALiBi and MPNet's relative position bias use distances
+within a sequence.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bertforge.models.embeddings import Embeddings, layer_norm
 from bertforge.models.heads import Pooler
 from bertforge.models.init import init_weights
 from bertforge.models.mlp import build_mlp
+from bertforge.models.relative_position import RelativePositionBias
 from bertforge.models.rotary import apply_rotary, rotary_cos_sin
 from bertforge.models.serialization import SavableModel
 
@@ -110,15 +112,17 @@ class SelfAttention(nn.Module):
         self.dropout_p = config.attention_dropout
 
     def forward(self, hidden: torch.Tensor, attention: PackedAttention,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """[tokens, hidden] -> [tokens, hidden], or only the `rows` given (every token still attends)."""
+                rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        """[tokens, hidden] -> [tokens, hidden], or only the `rows` given (every token still attends).
+        `bias`: [heads, max_seqlen, max_seqlen] added to the scores (MPNet's relative positions)."""
         tokens = hidden.shape[0]
         query, key, value = self.qkv(hidden).view(tokens, 3, self.num_heads, self.head_dim).unbind(dim=1)
         if rotary is not None:
             cos, sin = rotary
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         context = attention.attend(query, key, value, window=self.window, alibi_slopes=self.alibi_slopes,
-                                   dropout_p=self.dropout_p if self.training else 0.0)
+                                   dropout_p=self.dropout_p if self.training else 0.0, bias=bias)
         if rows is not None:
             context = context.index_select(0, rows)
         return self.output(context.reshape(context.shape[0], self.num_heads * self.head_dim))
@@ -137,13 +141,15 @@ class EncoderLayer(nn.Module):
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, hidden: torch.Tensor, attention: PackedAttention,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """`rows`: compute the output of these tokens only (see `BertforgeModel.encode`)."""
+                rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        """`rows`: compute the output of these tokens only (see `BertforgeModel.encode`); `bias`: see SelfAttention."""
         residual = hidden if rows is None else hidden.index_select(0, rows)
         if self.pre_norm:
-            hidden = residual + self.dropout(self.attention(self.attention_norm(hidden), attention, rotary, rows))
+            hidden = residual + self.dropout(self.attention(self.attention_norm(hidden), attention, rotary, rows,
+                                                            bias))
             return hidden + self.dropout(self.mlp(self.mlp_norm(hidden)))
-        hidden = self.attention_norm(residual + self.dropout(self.attention(hidden, attention, rotary, rows)))
+        hidden = self.attention_norm(residual + self.dropout(self.attention(hidden, attention, rotary, rows, bias)))
         return self.mlp_norm(hidden + self.dropout(self.mlp(hidden)))
 
 
@@ -161,6 +167,8 @@ class BertforgeModel(SavableModel, nn.Module):
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config, index) for index in range(config.num_layers))
         self.final_norm = layer_norm(config) if config.norm == "pre" else None
+        # MPNet: one table for all layers, looked up once per forward
+        self.relative_position_bias = RelativePositionBias(config) if config.relative_attention_buckets else None
         self.pooler = Pooler(config) if pooler else None
         init_weights(self, config)
 
@@ -181,11 +189,12 @@ class BertforgeModel(SavableModel, nn.Module):
                                                        layer.attention.rope_theta)
             for layer in self.layers if layer.attention.rope_theta is not None
         }
+        bias = self.relative_position_bias(packed.max_seqlen) if self.relative_position_bias is not None else None
         last = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             theta = layer.attention.rope_theta
             hidden = layer(hidden, attention, rotary_by_theta[theta] if theta is not None else None,
-                           rows if index == last else None)
+                           rows if index == last else None, bias)
         return self.final_norm(hidden) if self.final_norm is not None else hidden
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,

@@ -18,13 +18,16 @@ from bertforge.models.mlp import ACTIVATIONS
 
 
 class PredictionTransform(nn.Module):
-    """dense -> activation -> norm: BERT's MLM transform, and ModernBERT's head (MLM and classifiers)."""
+    """dense -> activation -> norm: BERT's MLM transform, and ModernBERT's head (MLM and classifiers).
 
-    def __init__(self, config: EncoderConfig):
+    `width`: the output's, when not hidden_size: ELECTRA's generator maps back to its narrower embeddings."""
+
+    def __init__(self, config: EncoderConfig, width: int | None = None):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
+        width = width or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, width, bias=config.bias)
         self.activation = ACTIVATIONS[config.activation]
-        self.norm = layer_norm(config)
+        self.norm = layer_norm(config, width)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.norm(self.activation(self.dense(hidden)))
@@ -33,8 +36,9 @@ class PredictionTransform(nn.Module):
 class MaskedLMHead(nn.Module):
     def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding):
         super().__init__()
-        self.transform = PredictionTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        # the decoder shares the word embeddings' width (ELECTRA's generator: narrower than the encoder)
+        self.transform = PredictionTransform(config, config.embedding_width)
+        self.decoder = nn.Linear(config.embedding_width, config.vocab_size)
         if config.tie_word_embeddings:
             self.decoder.weight = word_embeddings.weight
 
@@ -43,13 +47,18 @@ class MaskedLMHead(nn.Module):
         return self.decoder(self.transform(hidden))
 
 
-class Pooler(nn.Module):
-    """BERT's pooler: tanh(dense(hidden of [CLS])); `relu`: DistilBERT's pre_classifier, relu(dense(...))."""
+# a dense layer and an activation on [CLS], by `pooling`: BERT's pooler (and RoBERTa's classifier.dense),
+# DistilBERT's pre_classifier, ELECTRA's classifier.dense (exact GELU whatever hidden_act is, as transformers has it)
+POOLER_ACTIVATIONS = {"pooler": torch.tanh, "relu_pooler": torch.relu, "gelu_pooler": nn.functional.gelu}
 
-    def __init__(self, config: EncoderConfig, relu: bool = False):
+
+class Pooler(nn.Module):
+    """BERT's pooler: tanh(dense(hidden of [CLS])); relu_pooler / gelu_pooler: ReLU / GELU instead of tanh."""
+
+    def __init__(self, config: EncoderConfig, pooling: str = "pooler"):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
-        self.activation = torch.relu if relu else torch.tanh
+        self.activation = POOLER_ACTIVATIONS[pooling]
 
     def forward(self, first_token_hidden: torch.Tensor) -> torch.Tensor:
         return self.activation(self.dense(first_token_hidden))
@@ -89,15 +98,16 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, pooling: str) -> torch.
 
 class SequenceHead(nn.Module):
     """pooler: BERT's tanh pooler on [CLS] (as HF `BertForSequenceClassification`, and RoBERTa's
-    classifier.dense); relu_pooler: dense+ReLU on [CLS] (DistilBERT's pre_classifier);
+    classifier.dense); relu_pooler: dense+ReLU on [CLS] (DistilBERT's pre_classifier); gelu_pooler: dense+GELU
+    on [CLS] (ELECTRA's classifier.dense);
     cls / mean / last: [CLS], the token mean or the last token, then dense-act-norm (as HF
     `ModernBertForSequenceClassification` does for cls and mean)."""
 
     def __init__(self, config: EncoderConfig, num_outputs: int):
         super().__init__()
         self.pooling = config.pooling
-        pooler = config.pooling in ("pooler", "relu_pooler")
-        self.pooler = Pooler(config, relu=config.pooling == "relu_pooler") if pooler else None
+        pooler = config.pooling in POOLER_ACTIVATIONS
+        self.pooler = Pooler(config, config.pooling) if pooler else None
         self.transform = PredictionTransform(config) if not pooler else None
         self.dropout = Dropout(config.effective_classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)

@@ -125,8 +125,9 @@ def from_hf(hf_model: nn.Module, task: str = "auto", *, num_labels: int | None =
     task = IMPORTABLE_CLASSES[hf_class] if task == "auto" else task
     family = family_of_class(hf_class)
     hf_state = hf_model.state_dict()
-    # A bare model has no `bert.`/`model.` prefix; read it in the For* layout.
-    if family.classes[hf_class] == "base":
+    # A bare model has no `bert.`/`model.` prefix; read it in the For* layout. (ElectraForPreTraining imports as a
+    # base too, but keeps its encoder under `electra.` as every For* class does.)
+    if hf_class == family.base_class():
         hf_state = {family.encoder_prefix + key: value for key, value in hf_state.items()}
     model = _new_model(config, hf_class, hf_config, task, num_labels=num_labels, problem_type=problem_type,
                        label_names=label_names, nsp=nsp, pooler=f"{family.encoder_prefix}pooler.dense.weight" in hf_state)

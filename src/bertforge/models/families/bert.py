@@ -73,8 +73,12 @@ def unfit_reason(config: EncoderConfig) -> str:
     if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
         return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
                 "BERT's learned/gelu/post/bias")
+    if config.hf_model_type not in (None, "bert"):
+        return f"the model was imported as {config.hf_model_type}, not bert"
     if config.local_attention_window is not None:
         return "HF BERT has no local (sliding-window) attention"
+    if config.projects_embeddings or config.relative_attention_buckets:
+        return "HF BERT has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
     if config.type_vocab_size < 1:
         return "HF BERT needs token-type embeddings (type_vocab_size >= 1)"
     if config.position_offset:

@@ -69,6 +69,8 @@ def unfit_reason(config: EncoderConfig) -> str:
                 "DistilBERT's learned/gelu/post/bias")
     if config.local_attention_window is not None:
         return "HF DistilBERT has no local (sliding-window) attention"
+    if config.projects_embeddings or config.relative_attention_buckets:
+        return "HF DistilBERT has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
     if config.type_vocab_size != 0 or config.position_offset:
         return "HF DistilBERT has no token types and numbers positions from 0 (type_vocab_size = position_offset = 0)"
     if config.norm_eps != NORM_EPS:

@@ -60,6 +60,8 @@ def unfit_reason(config: EncoderConfig) -> str:
                 "ModernBERT's rope/geglu/pre/no bias")
     if config.type_vocab_size != 0:
         return "HF ModernBERT has no token-type embeddings (needs type_vocab_size = 0)"
+    if config.projects_embeddings or config.relative_attention_buckets:
+        return "HF ModernBERT has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
     return ""
 
 

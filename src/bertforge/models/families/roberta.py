@@ -82,6 +82,8 @@ def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
                     f"{prefix}'s learned/gelu/post/bias")
         if config.local_attention_window is not None:
             return f"HF {prefix} has no local (sliding-window) attention"
+        if config.projects_embeddings or config.relative_attention_buckets:
+            return f"HF {prefix} has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
         if config.position_offset < 1:
             return f"HF {prefix}'s positions start after the padding id (position_offset >= 1)"
         if config.type_vocab_size < 1:
