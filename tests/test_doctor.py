@@ -27,9 +27,11 @@ def test_doctor_json_reports_machine_backends_checks_and_speed(capsys: pytest.Ca
     assert attention["precision"] == "fp32"
     assert attention["available"] == {"varlen": False, "flash": False, "sdpa": True, "eager": True}
     assert "CUDA-only" in attention["unavailable_because"]["varlen"]
-    assert [choice["backend"] for choice in attention["auto"]] == ["sdpa"]
+    # the preset's global layers, and MPNet's layers with their relative position bias
+    assert [(choice["layers"], choice["backend"]) for choice in attention["auto"]] == [
+        ("global", "sdpa"), ("MPNet's (relative position bias)", "sdpa")]
     assert {(check["backend"], check["case"]) for check in report["checks"]} == {
-        ("sdpa", "global"), ("sdpa", "window"), ("sdpa", "alibi")}
+        ("sdpa", "global"), ("sdpa", "window"), ("sdpa", "alibi"), ("sdpa", "bias")}
     for check in report["checks"]:
         assert check["ok"] and 0 < check["max_error"] <= check["tolerance"] == 1e-4
     training = report["training"]

@@ -257,3 +257,18 @@ def test_a_layer_with_a_learned_bias_never_takes_a_flash_kernel() -> None:
     assert choice.backend == "sdpa" and "no additive attention bias" in choice.reason
     with pytest.raises(BertforgeError, match="varlen_attn takes no additive attention bias"):
         choose_backend("varlen", needs, kernels)
+
+
+def test_doctor_says_what_mpnet_layers_run_and_checks_the_bias_path_against_eager() -> None:
+    from bertforge.doctor import attention_report, check_backend
+    from bertforge.models import get_preset
+    from bertforge.models.attention_backends import available_kernels
+    from bertforge.train.precision import resolve_precision
+
+    cpu = torch.device("cpu")
+    precision = resolve_precision("fp32", cpu, tf32=True)
+    report = attention_report(get_preset("bert-tiny"), cpu, precision, available_kernels(cpu))
+    mpnet = next(row for row in report["auto"] if row["layers"].startswith("MPNet"))
+    assert mpnet["backend"] == "sdpa"
+    check = check_backend("sdpa", "bias", cpu, precision)
+    assert check.ok and check.max_error < 1e-5

@@ -46,7 +46,7 @@ MASK_PROB = 0.15
 @dataclass
 class BackendCheck:
     backend: str
-    case: str  # global | window | alibi
+    case: str  # global | window | alibi | bias (a learned bias on the scores, as MPNet's relative positions)
     max_error: float  # relative to the reference's largest value, worst of output and q/k/v gradients
     tolerance: float
 
@@ -147,7 +147,8 @@ def machine_facts(device: torch.device) -> dict[str, Any]:
 def layer_needs(config: EncoderConfig, device: torch.device, precision: Precision) -> list[LayerNeeds]:
     """The distinct attention calls a training step of this model makes on this device."""
     needs = {LayerNeeds(device.type, precision.dtype, config.attention_dropout, config.position == "alibi",
-                        config.layer_window(index), config.head_dim) for index in range(config.num_layers)}
+                        config.layer_window(index), config.head_dim, config.relative_attention_buckets > 0)
+             for index in range(config.num_layers)}
     return sorted(needs, key=lambda need: -1 if need.window is None else need.window)
 
 
@@ -164,6 +165,10 @@ def attention_report(config: EncoderConfig, device: torch.device, precision: Pre
         choice = choose_backend("auto", need, kernels)
         auto.append({"layers": "global" if need.window is None else f"window {need.window}",
                      "backend": choice.backend, "reason": choice.reason})
+    # a family whose layers add a learned bias to the scores, whatever the preset timed here: what its layers get
+    mpnet = choose_backend("auto", LayerNeeds(device.type, precision.dtype, 0.0, False, None, config.head_dim, True),
+                           kernels)
+    auto.append({"layers": "MPNet's (relative position bias)", "backend": mpnet.backend, "reason": mpnet.reason})
     return {"available": {name: problem is None for name, problem in backends.items()},
             "unavailable_because": {name: problem for name, problem in backends.items() if problem},
             "auto": auto}
@@ -178,14 +183,18 @@ def check_backend(backend: str, case: str, device: torch.device, precision: Prec
     grad_output = torch.randn(tokens, CHECK_HEADS, CHECK_HEAD_DIM, generator=generator).to(device)
     window = CHECK_WINDOW if case == "window" else None
     slopes = torch.tensor([0.5 ** (i + 1) for i in range(CHECK_HEADS)], device=device) if case == "alibi" else None
+    # a learned bias over key-query offsets (MPNet's): [heads, L, L], the same value along each diagonal
+    offsets = torch.arange(max(CHECK_LENGTHS))
+    table = torch.randn(CHECK_HEADS, 2 * max(CHECK_LENGTHS) - 1, generator=generator)
+    bias = table[:, offsets[None, :] - offsets[:, None] + max(CHECK_LENGTHS) - 1].to(device) if case == "bias" else None
 
     def run(name: str, dtype: torch.dtype) -> list[torch.Tensor]:
         leaves = [x.to(dtype).requires_grad_() for x in inputs]
         if name == "eager":
-            output = eager_attention(*leaves, cu_seqlens, window=window, alibi_slopes=slopes)
+            output = eager_attention(*leaves, cu_seqlens, window=window, alibi_slopes=slopes, bias=bias)
         else:
             output = PackedAttention(cu_seqlens, max(CHECK_LENGTHS), name).attend(
-                *leaves, window=window, alibi_slopes=slopes)
+                *leaves, window=window, alibi_slopes=slopes, bias=None if bias is None else bias.to(dtype))
         output.backward(grad_output.to(dtype))
         return [output.detach().float()] + [leaf.grad.float() for leaf in leaves]  # type: ignore[union-attr]
 
@@ -200,9 +209,11 @@ def check_backends(available: dict[str, bool], device: torch.device, precision: 
     for backend in BACKENDS:
         if not available[backend] or backend == "eager":  # eager is the reference itself
             continue
-        for case in ("global", "window", "alibi"):
+        for case in ("global", "window", "alibi", "bias"):
             if case == "alibi" and backend == "varlen":
                 continue  # varlen_attn has no ALiBi: `auto` never sends it an ALiBi layer
+            if case == "bias" and backend in ("varlen", "flash"):
+                continue  # neither takes a learned bias: `auto` sends MPNet's layers to SDPA
             checks.append(check_backend(backend, case, device, precision))
     return checks
 
