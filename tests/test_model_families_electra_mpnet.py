@@ -272,3 +272,50 @@ def test_doctor_says_what_mpnet_layers_run_and_checks_the_bias_path_against_eage
     assert mpnet["backend"] == "sdpa"
     check = check_backend("sdpa", "bias", cpu, precision)
     assert check.ok and check.max_error < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# the real all-mpnet-base-v2 (PyPI packages; skipped without them)
+
+REAL_TEXTS = ["a person who flies an aircraft", "the act of making something new",
+              "a large natural stream of water flowing in a channel to the sea", "dogs",
+              "an instrument for measuring the time, especially one worn on the wrist"]
+
+
+@pytest.fixture(scope="module")
+def real_mpnet() -> Path:
+    from helpers.packaged_mpnet import mpnet_dir
+
+    return mpnet_dir()
+
+
+def test_real_all_mpnet_base_v2_states_equal_transformers_on_a_padded_batch_fed_packed(real_mpnet: Path) -> None:
+    from bertforge.models.hf import load_hf_checkpoint
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(real_mpnet))
+    batch = tokenizer(REAL_TEXTS[:3], REAL_TEXTS[3:] + ["x"], padding=True, return_tensors="pt")
+    assert not bool(batch["attention_mask"].all())
+    hf_model = transformers.MPNetModel.from_pretrained(str(real_mpnet)).eval()
+    ours = load_hf_checkpoint(real_mpnet, "base").eval()  # its config.json names MPNetForMaskedLM
+    assert ours.config.relative_attention_buckets == 32 and ours.config.position_offset == 2
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert max_diff(our_outputs(ours, "Model", ids, mask), hf_outputs(hf_model, "Model", ids, mask)) <= TOLERANCE
+
+
+def test_real_all_mpnet_base_v2_embeds_as_sentence_transformers_and_exports_to_it(real_mpnet: Path,
+                                                                                   tmp_path: Path) -> None:
+    """Its own files (mean pooling, Normalize, max_seq_length 384), then our export of it read back by
+    sentence-transformers as an MPNetModel with the same vectors."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from bertforge.embed import embed_texts, load_embedder
+    from bertforge.models.sentence_transformers_format import export_sentence_transformers
+
+    embedder = load_embedder(real_mpnet)
+    assert (embedder.model.config.pooling, embedder.model.normalize, embedder.max_length) == ("mean", True, 384)
+    ours = embed_texts(embedder, REAL_TEXTS)
+    theirs = sentence_transformers.SentenceTransformer(str(real_mpnet), device="cpu").encode(REAL_TEXTS)
+    assert abs(ours - theirs).max() <= TOLERANCE
+    result = export_sentence_transformers(embedder.model, real_mpnet, tmp_path / "st")
+    assert result.architecture == "MPNetModel"
+    exported = sentence_transformers.SentenceTransformer(str(result.directory), device="cpu")
+    assert abs(exported.encode(REAL_TEXTS) - theirs).max() <= TOLERANCE
