@@ -78,11 +78,13 @@ def test_training_twice_writes_byte_identical_files(trained: Path, small_corpus:
         assert (tmp_path / "again" / name).read_bytes() == (trained / name).read_bytes(), name
 
 
-def test_uncased_is_refused_for_the_cased_models(corpus_slice: Path, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tokenizer", "train", "--model", "bpe", "--uncased", "--input", str(corpus_slice),
-                 "--out", str(tmp_path / "tok")]) == 2
-    assert "--uncased is WordPiece's: --model bpe keeps case" in capsys.readouterr().err
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--model", "bpe", "--uncased"], "--uncased is WordPiece's: --model bpe keeps case"),
+    (["--model", "unigram", "--min-frequency", "3"], "--min-frequency counts the pairs WordPiece and BPE merge")])
+def test_a_flag_the_model_cannot_honour_is_refused(flags: list[str], message: str, small_corpus: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tokenizer", "train", *flags, "--input", str(small_corpus), "--out", str(tmp_path / "tok")]) == 2
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "tok" / "tokenizer.json").exists()
 
 

@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     case.add_argument("--cased", dest="lowercase", action="store_false",
                       help="keep case and accents (BPE's and Unigram's only way)")
     train.add_argument("--text-field", default="text", help="field/column with the text (jsonl/csv/parquet/HF/MDS)")
-    train.add_argument("--min-frequency", type=int, default=2, help="minimum pair frequency for a merge (default 2)")
+    train.add_argument("--min-frequency", type=int, default=None,
+                       help="minimum pair frequency for a merge (WordPiece and BPE; default 2)")
     train.set_defaults(func=run_train)
 
 
@@ -54,7 +55,12 @@ SAVED_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_
 def run_train(args: argparse.Namespace) -> int:
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
     from bertforge.data.tokenizer_models import TOKENIZER_MODELS
+    from bertforge.errors import ConfigError
     from bertforge.output_guard import claim_directory
+
+    if args.model == "unigram" and args.min_frequency is not None:
+        raise ConfigError("--min-frequency counts the pairs WordPiece and BPE merge; Unigram prunes its pieces by "
+                          "likelihood instead, so drop it or use --model wordpiece or bpe")
 
     def earlier_tokenizer(names: list[str], directories: set[str]) -> bool:  # written before the ledger
         return "tokenizer.json" in names and set(names) <= set(SAVED_FILES)
@@ -64,7 +70,8 @@ def run_train(args: argparse.Namespace) -> int:
                               recognise=earlier_tokenizer)
     loaded = train_tokenizer_from_inputs(args.input, args.out, model=args.model, vocab_size=args.vocab_size,
                                          lowercase=args.lowercase, text_field=args.text_field,
-                                         min_frequency=args.min_frequency, show_progress=progress_enabled())
+                                         min_frequency=2 if args.min_frequency is None else args.min_frequency,
+                                         show_progress=progress_enabled())
     claimed.record(*SAVED_FILES)
     stale = Path(args.out) / "vocab.txt"
     if args.model != "wordpiece" and stale.is_file():  # an earlier WordPiece's, which an export would copy
