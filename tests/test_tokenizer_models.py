@@ -201,3 +201,17 @@ def test_finetune_predict_evaluate_and_embed_run_with_the_tokenizer(trained: Pat
     texts.write_text("the law\nthe light\n", encoding="utf-8")
     assert main(["-q", "embed", str(run_dir / "final"), "--input", str(texts), "--out", str(tmp_path / "v.npy")]) == 0
     assert np.load(tmp_path / "v.npy").shape == (2, 64)
+
+
+def test_a_roberta_preset_refuses_a_tokenizer_whose_pad_is_not_id_1(prepared_corpus: Path, tmp_path: Path) -> None:
+    # the export's pad_token_id is position_offset - 1, and transformers numbers positions after that id
+    from bertforge.config import load_config
+    from bertforge.errors import ConfigError
+    from bertforge.tasks.pretrain import PretrainTask
+    from bertforge.train.trainer import Trainer
+
+    config = load_config(None, [*TINY_ROBERTA, *QUIET, f"data.path={prepared_corpus}", f"run.output_dir={tmp_path}",
+                                "train.max_steps=1"])
+    with pytest.raises(ConfigError, match=r"numbers positions after the pad id 1, as RoBERTa does, but the pad token "
+                                          r".* is id 0; train the tokenizer with `bertforge tokenizer train --model bpe`"):
+        Trainer(config, PretrainTask(config)).fit()
