@@ -215,3 +215,16 @@ def test_a_roberta_preset_refuses_a_tokenizer_whose_pad_is_not_id_1(prepared_cor
     with pytest.raises(ConfigError, match=r"numbers positions after the pad id 1, as RoBERTa does, but the pad token "
                                           r".* is id 0; train the tokenizer with `bertforge tokenizer train --model bpe`"):
         Trainer(config, PretrainTask(config)).fit()
+
+
+def test_tagged_words_are_encoded_as_in_running_text(trained: Path) -> None:
+    # byte-level BPE: a pre-split word alone has no space before it, so without one added it would be encoded as a
+    # text's first word (`the`, not `Ġthe`), unlike the text the model is pre-trained and predicts on
+    from bertforge.data.aligned import TaggedDataset
+    from bertforge.data.tagged import TaggedSplit
+
+    words = ["And", "the", "earth", "was", "without", "form", ",", "and", "void"]
+    dataset = TaggedDataset(TaggedSplit("words", [words], [[0] * len(words)], ["O"]), trained, 64)
+    running = bert_tokenizer(trained, 64).encode(" " + " ".join(words))
+    assert dataset.token_ids.tolist() == running.ids
+    assert len(dataset.word_starts) == len(words)
