@@ -144,6 +144,11 @@ def machine_facts(device: torch.device) -> dict[str, Any]:
 
 # --- attention backends ---------------------------------------------------------------------------
 
+DISENTANGLED_PATH = ("DeBERTa's c2p/p2c terms are a per-pair bias no varlen/flash kernel takes: scores, softmax "
+                     "and values computed explicitly on SDPA's packed rows (models/disentangled_attention.py; "
+                     "docs/benchmarks.md, DeBERTa)")
+
+
 def layer_needs(config: EncoderConfig, device: torch.device, precision: Precision) -> list[LayerNeeds]:
     """The distinct attention calls a training step of this model makes on this device."""
     needs = {LayerNeeds(device.type, precision.dtype, config.attention_dropout, config.position == "alibi",
@@ -169,6 +174,8 @@ def attention_report(config: EncoderConfig, device: torch.device, precision: Pre
     mpnet = choose_backend("auto", LayerNeeds(device.type, precision.dtype, 0.0, False, None, config.head_dim, True),
                            kernels)
     auto.append({"layers": "MPNet's (relative position bias)", "backend": mpnet.backend, "reason": mpnet.reason})
+    if config.disentangled_attention is not None:  # DeBERTa's layers never reach a kernel: say what they run
+        auto = [{"layers": "all", "backend": "disentangled", "reason": DISENTANGLED_PATH}]
     return {"available": {name: problem is None for name, problem in backends.items()},
             "unavailable_because": {name: problem for name, problem in backends.items() if problem},
             "auto": auto}

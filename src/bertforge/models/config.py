@@ -19,7 +19,7 @@ from bertforge.size_limits import check_model_fits
 if TYPE_CHECKING:
     from bertforge.config import ModelSection
 
-POSITIONS = ("learned", "rope", "alibi")
+POSITIONS = ("learned", "rope", "alibi", "relative")
 MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
@@ -29,6 +29,33 @@ VOCAB_MULTIPLE = 64
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
                "type_vocab_size", "local_attention_window", "global_every_n", "position_offset", "embedding_size",
                "relative_attention_buckets")
+
+
+DISENTANGLED_TERMS = ("c2p", "p2c")
+
+
+@dataclass(frozen=True)
+class DisentangledAttention:
+    """DeBERTa's relative-position attention (`models/disentangled_attention.py`), as its config.json names it."""
+
+    terms: tuple[str, ...] = ("p2c", "c2p")  # pos_att_type: content-to-position and/or position-to-content scores
+    position_buckets: int = 256  # log-bucketed relative distances (DeBERTa-v3: 256); 0 = distances as they are
+    max_relative_positions: int = 512  # the farthest distance told apart (HF's -1 means max_position_embeddings)
+    share_att_key: bool = True  # the relative embeddings go through the layer's own query/key projections (v3)
+    norm_relative_embeddings: bool = True  # norm_rel_ebd = layer_norm: one LayerNorm over the relative table
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "terms", tuple(self.terms))  # a JSON / YAML list read back
+        if not self.terms or any(term not in DISENTANGLED_TERMS for term in self.terms):
+            raise ConfigError(f"model `disentangled_attention.terms` is {list(self.terms)}; give c2p, p2c or both")
+        if self.max_relative_positions < 1 or self.position_buckets < 0:
+            raise ConfigError("model `disentangled_attention`: max_relative_positions must be at least 1 and "
+                              "position_buckets 0 (none) or more")
+
+    @property
+    def span(self) -> int:
+        """Relative distances each side that have their own embedding row (the table holds 2 * span rows)."""
+        return self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
 
 
 @dataclass
@@ -61,8 +88,19 @@ class EncoderConfig:
     pooling: str = "pooler"  # sequence head: pooler (BERT's tanh pooler on [CLS]) | relu_pooler (DistilBERT's pre_classifier: dense+ReLU on [CLS]) | gelu_pooler (ELECTRA's classifier.dense + exact GELU on [CLS]) | cls | mean | last (+ dense/act/norm); embeddings: cls | mean | last
     initializer_range: float = 0.02  # std of the truncated-normal initialisation
     hf_model_type: str | None = None  # the Hugging Face model_type imported from, where its graph is another's (xlm-roberta, camembert): export writes it back
+    disentangled_attention: DisentangledAttention | None = None  # DeBERTa's c2p/p2c relative attention; with position=relative the only positions (v3)
 
     def __post_init__(self) -> None:
+        if isinstance(self.disentangled_attention, dict):  # read back from config.json / a preset's asdict
+            self.disentangled_attention = DisentangledAttention(**self.disentangled_attention)
+        if (self.position == "relative" and self.disentangled_attention is None) or (
+                self.disentangled_attention is not None and self.position not in ("learned", "relative")):
+            raise ConfigError(f"model `position` is {self.position!r} and `disentangled_attention` is "
+                              f"{'set' if self.disentangled_attention else 'unset'}: position=relative needs DeBERTa's "
+                              "disentangled_attention, which takes position relative or learned (both) only")
+        if self.disentangled_attention is not None and self.attention_backend in ("varlen", "flash"):
+            raise ConfigError(f"model `attention_backend` is {self.attention_backend!r}, which has no relative-position "
+                              "terms; DeBERTa's disentangled attention computes its own scores: leave it auto")
         for name, choices in (("position", POSITIONS), ("mlp", MLPS), ("norm", NORMS), ("activation", ACTIVATIONS),
                               ("attention_backend", ATTENTION_BACKENDS), ("pooling", POOLINGS)):
             value = getattr(self, name)
@@ -165,6 +203,10 @@ class EncoderConfig:
                  + hidden * mlp_inner + mlp_inner * bias + inner * hidden + hidden * bias + 2 * norm)
         mlm_head = (hidden * width + width * bias + width * (1 + bias)
                     + self.vocab_size * (bias + (not self.tie_word_embeddings) * width))
+        relative = self.disentangled_attention
+        if relative is not None:  # DeBERTa's relative table (+ its norm), and per-layer projections when not shared
+            embeddings += 2 * relative.span * hidden + relative.norm_relative_embeddings * norm
+            layer += (not relative.share_att_key) * len(relative.terms) * (hidden * hidden + hidden)
         return embeddings + self.num_layers * layer + mlm_head
 
     def to_dict(self) -> dict[str, Any]:
@@ -209,11 +251,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     "crammed-bert": _preset(vocab_size=32768, hidden_size=768, num_layers=16, num_heads=12,
                             intermediate_size=1536, max_position_embeddings=128, hidden_dropout=0.0,
                             attention_dropout=0.0, mlp="geglu", norm="pre", bias=False, pooling="cls"),
-    # RoBERTa: BERT's graph, positions numbered after the pad id (<pad> is 1 in its tokenizer), one token type
-    "roberta-base": _preset(vocab_size=50304, hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
-                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
-    "roberta-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512,
-                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
+    # DeBERTa-v3: no absolute positions, disentangled attention over 256 log buckets, no token types
+    "deberta-v3-small": _preset(vocab_size=128128, hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072,
+                                type_vocab_size=0, norm_eps=1e-7, position="relative", pooling="gelu_pooler",
+                                disentangled_attention=DisentangledAttention()),
+    "deberta-v3-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512, type_vocab_size=0,
+                               norm_eps=1e-7, position="relative", pooling="gelu_pooler",
+                               disentangled_attention=DisentangledAttention()),
 }
 
 

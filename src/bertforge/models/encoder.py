@@ -19,6 +19,11 @@ from torch import nn
 from bertforge.models.alibi import alibi_slopes
 from bertforge.models.attention import PackedAttention
 from bertforge.models.config import EncoderConfig
+from bertforge.models.disentangled_attention import (
+    DisentangledSelfAttention,
+    RelativeEmbeddings,
+    RelativeLayout,
+)
 from bertforge.models.dropout import Dropout
 from bertforge.models.embeddings import Embeddings, layer_norm
 from bertforge.models.heads import Pooler
@@ -132,7 +137,8 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: EncoderConfig, layer_index: int):
         super().__init__()
         self.pre_norm = config.norm == "pre"
-        self.attention = SelfAttention(config, layer_index)
+        self.attention = (DisentangledSelfAttention(config) if config.disentangled_attention is not None
+                          else SelfAttention(config, layer_index))
         self.mlp = build_mlp(config)
         # Pre-norm: the embeddings end in a norm, so the first layer's attention input is already
         # normalised (ModernBERT uses an identity there; we match it so its weights load exactly).
@@ -140,10 +146,11 @@ class EncoderLayer(nn.Module):
         self.mlp_norm = layer_norm(config)
         self.dropout = Dropout(config.hidden_dropout)
 
-    def forward(self, hidden: torch.Tensor, attention: PackedAttention,
+    def forward(self, hidden: torch.Tensor, attention: PackedAttention | RelativeLayout,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
-        """`rows`: compute the output of these tokens only (see `BertforgeModel.encode`); `bias`: see SelfAttention."""
+        """`rows`: compute the output of these tokens only (see `BertforgeModel.encode`); `bias`: see SelfAttention.
+        `attention` is a `RelativeLayout` for DeBERTa's disentangled attention."""
         residual = hidden if rows is None else hidden.index_select(0, rows)
         if self.pre_norm:
             hidden = residual + self.dropout(self.attention(self.attention_norm(hidden), attention, rotary, rows,
@@ -166,6 +173,9 @@ class BertforgeModel(SavableModel, nn.Module):
         self.config = config
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config, index) for index in range(config.num_layers))
+        # DeBERTa: one relative-distance table for all layers (each projects it with its own matrices)
+        self.relative_embeddings = (RelativeEmbeddings(config) if config.disentangled_attention is not None
+                                    else None)
         self.final_norm = layer_norm(config) if config.norm == "pre" else None
         # MPNet: one table for all layers, looked up once per forward
         self.relative_position_bias = RelativePositionBias(config) if config.relative_attention_buckets else None
@@ -183,7 +193,12 @@ class BertforgeModel(SavableModel, nn.Module):
         pooling [CLS] ~13%. The values are the same as slicing the full output.
         """
         hidden = self.embeddings(packed.input_ids, packed.position_ids, packed.token_type_ids, packed.max_seqlen)
-        attention = PackedAttention(packed.cu_seqlens, packed.max_seqlen, self.config.attention_backend)
+        attention: PackedAttention | RelativeLayout = PackedAttention(packed.cu_seqlens, packed.max_seqlen,
+                                                                      self.config.attention_backend)
+        if self.relative_embeddings is not None:  # the relative rows and slot distances every layer shares
+            assert self.config.disentangled_attention is not None
+            attention = RelativeLayout.build(attention, packed.position_ids, self.relative_embeddings,
+                                             self.config.disentangled_attention)
         rotary_by_theta = {
             layer.attention.rope_theta: rotary_cos_sin(packed.position_ids, self.config.head_dim,
                                                        layer.attention.rope_theta)

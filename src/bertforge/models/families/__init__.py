@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
-from bertforge.models.families import bert, distilbert, electra, modernbert, mpnet, roberta
+from bertforge.models.families import bert, deberta, distilbert, electra, modernbert, mpnet, roberta
 from bertforge.models.families.family import KeyPair, ModelFamily
 
+# DeBERTa first: its relative attention may come with learned positions, which BERT's switches alone would fit
 FAMILIES: dict[str, ModelFamily] = {family.name: family for family in (
-    bert.FAMILY, modernbert.FAMILY, roberta.ROBERTA, roberta.XLM_ROBERTA, roberta.CAMEMBERT, distilbert.FAMILY,
-    electra.FAMILY, mpnet.FAMILY)}
+    deberta.FAMILY, bert.FAMILY, modernbert.FAMILY, roberta.ROBERTA, roberta.XLM_ROBERTA, roberta.CAMEMBERT,
+    distilbert.FAMILY, electra.FAMILY, mpnet.FAMILY)}
 
 # every HF class bertforge imports -> its family
 CLASS_FAMILY: dict[str, ModelFamily] = {name: family for family in FAMILIES.values() for name in family.classes}
