@@ -26,6 +26,11 @@ these tasks have longer texts, a sentence-pair input, a regression target or wor
   definition pairs (each quoted example sentence of the gloss); validation and test hold usage ->
   definition pairs only: the retrieval evaluation "find the gloss of this usage". A held-out usage or
   definition that a train row also holds is dropped; identical (anchor, positive) rows are kept once.
+* ``wordnet-choice`` (``wordnet-base``): multiple choice, rows ``{"text", "choices", "label", "id"}``: the
+  context is a synset's first lemma and one of its quoted usage examples ("bank: he sat on the bank of
+  the river"), the four choices definitions (the synset's own at index ``label``; distractors first the
+  other senses of its lemmas, then random definitions of the same part of speech, all from the row's own
+  split, drawn by a generator seeded with the row's id).
 * ``debian-sections`` (needs ``apt-get update``): a package's short description -> its archive
   section. Built only where the apt lists exist (or when asked for by name).
 
@@ -90,7 +95,8 @@ APT_LISTS_DIR = Path("/var/lib/apt/lists")
 DPKG_INFO_DIR = Path("/var/lib/dpkg/info")
 
 SPLITS = ("train", "validation", "test")
-TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "supersense-tagging", "wordnet-embedding", "debian-sections")
+TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "supersense-tagging", "wordnet-embedding", "wordnet-choice",
+         "debian-sections")
 OPTIONAL_TASKS = ("debian-sections",)  # skipped with a note, not an error, when its source is absent
 TASK_FILE = "task.json"
 FORMAT_VERSION = 1
@@ -116,7 +122,7 @@ class Task:
 
     name: str
     description: str
-    task_type: str  # "classification" | "regression" | "token_classification" | "embedding"
+    task_type: str  # "classification" | "regression" | "token_classification" | "embedding" | "multiple_choice"
     text_pair_column: str | None
     splits: dict[str, list[dict]]
     sources: dict[str, str]
@@ -136,6 +142,8 @@ class Task:
             return {"tokens_column": "tokens", "tags_column": "tags"}
         if self.task_type == "embedding":
             return {"text_column": "anchor", "text_pair_column": "positive"}
+        if self.task_type == "multiple_choice":
+            return {"text_column": "text", "choice_columns": ["choices"], "label_column": "label"}
         return {"text_column": "text", "text_pair_column": self.text_pair_column, "label_column": "label"}
 
 
@@ -1007,6 +1015,73 @@ def build_wordnet_embedding(wordnet_dir: Path = WORDNET_DIR) -> Task:
     )
 
 
+# -------------------------------------------------------------------------- WordNet multiple choice
+
+CHOICES = 4
+
+
+def choice_rows(synsets: list[GlossSynset], stats: dict[str, int]) -> dict[str, list[dict]]:
+    """Per quoted usage example: `lemma: sentence` and four definitions, its synset's and three distractors.
+
+    The distractors are first the other senses of the synset's lemmas (the word-sense question: which meaning of
+    this word is used here?), then definitions of the same part of speech, each drawn by a random.Random seeded
+    with the row's id; all from the row's own split (by the whole gloss, as the bundled supersense set), so no
+    held-out definition appears in the training rows. The right definition's position is drawn the same way."""
+    split = {s.offset + s.pos: split_of(s.gloss) for s in synsets}
+    definition = {s.offset + s.pos: definition_of(s.gloss) for s in synsets}
+    senses: dict[tuple[str, str], list[str]] = {}  # (split, lemma) -> synset keys, in data-file order
+    by_pos: dict[tuple[str, str], list[str]] = {}  # (split, pos) -> synset keys with a definition
+    for s in synsets:
+        key = s.offset + s.pos
+        if not definition[key]:
+            continue
+        by_pos.setdefault((split[key], s.morph_pos), []).append(key)
+        for lemma in s.lemmas:
+            senses.setdefault((split[key], lemma), []).append(key)
+    splits: dict[str, list[dict]] = {name: [] for name in SPLITS}
+    for s in synsets:
+        key = s.offset + s.pos
+        right = definition[key]
+        if not right:
+            stats["synsets_without_definition"] += 1
+            continue
+        for k, sentence in gloss_examples(s.gloss):
+            row_id = f"{s.pos}{s.offset}-e{k}"
+            rng = random.Random(_sha1_key(row_id))
+            others = [o for lemma in s.lemmas for o in senses[(split[key], lemma)] if o != key]
+            chosen = list(dict.fromkeys(definition[o] for o in others if definition[o] != right))[:CHOICES - 1]
+            stats["other_senses_used"] += len(chosen)
+            pool = by_pos[(split[key], s.morph_pos)]
+            while len(chosen) < CHOICES - 1:
+                candidate = definition[pool[rng.randrange(len(pool))]]
+                if candidate != right and candidate not in chosen:
+                    chosen.append(candidate)
+            answer = rng.randrange(CHOICES)
+            choices = chosen[:answer] + [right] + chosen[answer:]
+            word = s.lemmas[0].replace("_", " ")
+            splits[split[key]].append({"text": f"{word}: {sentence}", "choices": choices, "label": answer,
+                                       "id": row_id})
+    return splits
+
+
+def build_wordnet_choice(wordnet_dir: Path = WORDNET_DIR) -> Task:
+    stats = dict.fromkeys(("synsets_without_definition", "other_senses_used"), 0)
+    splits = choice_rows(read_gloss_synsets(wordnet_dir), stats)
+    return Task(
+        name="wordnet-choice",
+        description="multiple choice from WordNet 3.0 glosses (all parts of speech): the context is a synset's first "
+        "lemma and one of its quoted usage examples ('bank: he sat on the bank of the river'), the four choices "
+        "are definitions (the gloss before its first example): the synset's own and three distractors, first the "
+        "other senses of its lemmas, then random definitions of the same part of speech, all from the row's split; "
+        "label = the right definition's index; split of the whole gloss as in the bundled supersense set",
+        task_type="multiple_choice",
+        text_pair_column=None,
+        splits={split: sorted(rows, key=lambda r: _sha1_key(r["id"])) for split, rows in splits.items()},
+        sources=_wordnet_sources(),
+        extra=stats,
+    )
+
+
 # -------------------------------------------------------------------------------- Debian sections
 
 
@@ -1088,6 +1163,9 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def label_summary(task: Task) -> dict[str, object]:
+    if task.task_type == "multiple_choice":
+        return {"answer_position_counts": {split: dict(sorted(Counter(row["label"] for row in rows).items()))
+                                           for split, rows in task.splits.items()}}  # fmt: skip
     if task.task_type == "embedding":
         return {"kind_counts": {split: dict(sorted(Counter(row["kind"] for row in rows).items()))
                                 for split, rows in task.splits.items()}}  # fmt: skip
@@ -1180,6 +1258,8 @@ def summary_line(task: Task, task_dir: Path, wrote: bool) -> str:
                            for kind in entity_types(row["tags"]))  # fmt: skip
         tags = len(task.labels() or [])
         labels = f"{sum(entities.values()):,} entities of {len(entities)} types, {tags} tags"
+    elif task.task_type == "multiple_choice":
+        labels = f"{CHOICES} choices per question"
     elif task.task_type == "embedding":
         kinds = Counter(row["kind"] for rows in task.splits.values() for row in rows)
         labels = "pairs " + " ".join(f"{k}:{v:,}" for k, v in sorted(kinds.items()))
@@ -1229,6 +1309,8 @@ def main(argv: list[str] | None = None) -> int:
                 task = build_supersense_tagging(args.wordnet_dir)
             elif name == "wordnet-embedding":
                 task = build_wordnet_embedding(args.wordnet_dir)
+            elif name == "wordnet-choice":
+                task = build_wordnet_choice(args.wordnet_dir)
             else:
                 task = build_debian_sections()
             wrote = write_task(task, out_dir, force=args.force)

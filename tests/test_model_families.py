@@ -123,6 +123,21 @@ def test_export_loads_in_the_stock_class_with_equal_logits(tmp_path: Path, famil
     assert max_diff(hf_outputs(reloaded.eval(), head, ids, mask), hf_outputs(hf_model, head, ids, mask)) <= TOLERANCE
 
 
+@pytest.mark.parametrize(("family", "head"), CASES, ids=CASE_IDS)
+def test_training_steps_follow_transformers_step_for_step(family: str, head: str) -> None:
+    """Six AdamW steps with clipping, dropout off: HF's losses step for step (`helpers/hf_step_parity.py`)."""
+    from helpers.hf_step_parity import losses_step_for_step
+
+    no_dropout = ({"dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0} if family == "distilbert"
+                  else {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout": 0.0})
+    hf_model = tiny_hf_model(family, head, **no_dropout)
+    ours = from_hf(hf_model)
+    batches = [padded_batch(hf_model.config.pad_token_id, seed=seed) for seed in range(6)]
+    our_losses, hf_losses = losses_step_for_step(hf_model, ours, head, batches)
+    assert our_losses == pytest.approx(hf_losses, abs=1e-4)
+    assert abs(our_losses[-1] - our_losses[0]) > 1e-2  # the steps moved the weights
+
+
 def test_roberta_positions_start_after_the_padding_id_in_every_packed_sequence() -> None:
     ours = from_hf(tiny_hf_model("roberta", "Model"))
     assert ours.config.position_offset == 2 and ours.config.max_sequence_length == 64

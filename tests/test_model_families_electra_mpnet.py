@@ -272,3 +272,85 @@ def test_doctor_says_what_mpnet_layers_run_and_checks_the_bias_path_against_eage
     assert mpnet["backend"] == "sdpa"
     check = check_backend("sdpa", "bias", cpu, precision)
     assert check.ok and check.max_error < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# the real all-mpnet-base-v2 (PyPI packages; skipped without them)
+
+REAL_TEXTS = ["a person who flies an aircraft", "the act of making something new",
+              "a large natural stream of water flowing in a channel to the sea", "dogs",
+              "an instrument for measuring the time, especially one worn on the wrist"]
+
+
+@pytest.fixture(scope="module")
+def real_mpnet() -> Path:
+    from helpers.packaged_mpnet import mpnet_dir
+
+    return mpnet_dir()
+
+
+def test_real_all_mpnet_base_v2_states_equal_transformers_on_a_padded_batch_fed_packed(real_mpnet: Path) -> None:
+    from bertforge.models.hf import load_hf_checkpoint
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(real_mpnet))
+    batch = tokenizer(REAL_TEXTS[:3], REAL_TEXTS[3:] + ["x"], padding=True, return_tensors="pt")
+    assert not bool(batch["attention_mask"].all())
+    hf_model = transformers.MPNetModel.from_pretrained(str(real_mpnet)).eval()
+    ours = load_hf_checkpoint(real_mpnet, "base").eval()  # its config.json names MPNetForMaskedLM
+    assert ours.config.relative_attention_buckets == 32 and ours.config.position_offset == 2
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert max_diff(our_outputs(ours, "Model", ids, mask), hf_outputs(hf_model, "Model", ids, mask)) <= TOLERANCE
+
+
+def test_real_all_mpnet_base_v2_embeds_as_sentence_transformers_and_exports_to_it(real_mpnet: Path,
+                                                                                   tmp_path: Path) -> None:
+    """Its own files (mean pooling, Normalize, max_seq_length 384), then our export of it read back by
+    sentence-transformers as an MPNetModel with the same vectors."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from bertforge.embed import embed_texts, load_embedder
+    from bertforge.models.sentence_transformers_format import export_sentence_transformers
+
+    embedder = load_embedder(real_mpnet)
+    assert (embedder.model.config.pooling, embedder.model.normalize, embedder.max_length) == ("mean", True, 384)
+    ours = embed_texts(embedder, REAL_TEXTS)
+    theirs = sentence_transformers.SentenceTransformer(str(real_mpnet), device="cpu").encode(REAL_TEXTS)
+    assert abs(ours - theirs).max() <= TOLERANCE
+    result = export_sentence_transformers(embedder.model, real_mpnet, tmp_path / "st")
+    assert result.architecture == "MPNetModel"
+    exported = sentence_transformers.SentenceTransformer(str(result.directory), device="cpu")
+    assert abs(exported.encode(REAL_TEXTS) - theirs).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_finetune_starts_from_a_saved_tiny_hf_directory_of_the_family(tmp_path: Path, family: str) -> None:
+    """`bertforge finetune model.init_from=<dir>` on the family's masked-LM checkpoint and tokenizer: the final model
+    is the family's stock sequence classifier, and it scores the tokenizer's own pair layout as our model does."""
+    from helpers.finetuning import run_cli, supersense_files
+
+    from bertforge.data.labeled import bert_tokenizer
+    from bertforge.inference import load_model
+
+    tokenizer = family_tokenizer(family)
+    source = tmp_path / f"tiny-{family}"
+    tiny_hf_model(family, "ForMaskedLM").save_pretrained(str(source))
+    tokenizer.save_pretrained(str(source))
+    run_dir = tmp_path / "runs" / family
+    recipe = tmp_path / "from-tiny.yaml"
+    recipe.write_text(f"model: {{init_from: {source}}}\n", encoding="utf-8")
+    done = run_cli("finetune", str(recipe),
+                   *supersense_files(tmp_path / "data", train=32, validation=16, test=16),
+                   f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", "train.max_steps=2",
+                   "train.micro_batch_size=16", "train.global_batch_size=16", "finetune.max_length=40",
+                   "data.num_workers=0", "log.tensorboard=false", "log.progress=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = run_dir / "final"
+    stock = transformers.AutoModelForSequenceClassification.from_pretrained(str(final)).eval()
+    assert type(stock).__name__ == f"{FAMILIES[family][1]}ForSequenceClassification"
+    stock_tokenizer = transformers.AutoTokenizer.from_pretrained(str(final))
+    first, second = "a person who flies an aircraft", "the law of the land"
+    pair = bert_tokenizer(final, 40).encode(first, second)
+    expected_ids = stock_tokenizer(first, second)["input_ids"]
+    assert pair.ids == expected_ids
+    ids = torch.tensor([expected_ids])
+    with torch.no_grad():
+        assert max_diff(load_model(str(final)).model(ids).logits, stock(input_ids=ids).logits) <= TOLERANCE

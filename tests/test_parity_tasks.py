@@ -29,6 +29,7 @@ PAIR_SIZES = {"train": 12_000, "validation": 2_000, "test": 4_000}
 PAIR_TASKS = ("wordnet-pairs", "wordnet-similarity")
 TOKEN_TASKS = ("supersense-tagging",)
 EMBEDDING_TASKS = ("wordnet-embedding",)
+CHOICE_TASKS = ("wordnet-choice",)
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_FILES = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}  # id letter -> data.* file
 # supersense-tagging built from wordnet-base 1:3.0-37 (Debian patches glosses, so another version may differ)
@@ -50,7 +51,7 @@ bpt = load_repo_script("scripts/build_parity_tasks.py", "build_parity_tasks")
 
 
 def _task_names() -> list[str]:
-    names = ["manpages", *PAIR_TASKS, *TOKEN_TASKS, *EMBEDDING_TASKS]
+    names = ["manpages", *PAIR_TASKS, *TOKEN_TASKS, *EMBEDDING_TASKS, *CHOICE_TASKS]
     return [*names, "debian-sections"] if bpt.apt_lists_present() else names
 
 
@@ -126,8 +127,8 @@ def test_pair_tasks_have_the_fixed_sizes(tasks: dict[str, dict[str, Any]]) -> No
 
 def test_task_json_describes_columns_and_sorted_labels(tasks: dict[str, dict[str, Any]]) -> None:
     for name, task in tasks.items():
-        if name in TOKEN_TASKS or name in EMBEDDING_TASKS:
-            continue  # test_supersense_tagging_task_json_describes_a_token_task, test_wordnet_embedding_*
+        if name in TOKEN_TASKS or name in EMBEDDING_TASKS or name in CHOICE_TASKS:
+            continue  # test_supersense_tagging_task_json_describes_a_token_task, test_wordnet_embedding_*, _choice_*
         meta = task["meta"]
         pair = name in PAIR_TASKS
         assert meta["text_column"] == "text" and meta["label_column"] == "label"
@@ -149,8 +150,8 @@ def test_task_json_describes_columns_and_sorted_labels(tasks: dict[str, dict[str
 
 def test_no_test_text_appears_in_train(tasks: dict[str, dict[str, Any]]) -> None:
     for name, task in tasks.items():
-        if name in TOKEN_TASKS or name in EMBEDDING_TASKS:
-            continue  # test_supersense_tagging_follows_the_gloss_split_rule, test_wordnet_embedding_*
+        if name in TOKEN_TASKS or name in EMBEDDING_TASKS or name in CHOICE_TASKS:
+            continue  # test_supersense_tagging_follows_the_gloss_split_rule, test_wordnet_embedding_*, _choice_*
         columns = ["text", "text_pair"] if name in PAIR_TASKS else ["text"]
         seen = {split: {row[c] for row in task[split] for c in columns} for split in SPLITS}
         anchors = {split: {row["text"] for row in task[split]} for split in SPLITS}
@@ -457,6 +458,33 @@ def test_wordnet_embedding_pairs_a_word_or_usage_with_its_synsets_definition_in_
     for split in SPLITS:
         pairs = {(row["anchor"], row["positive"]) for row in tasks["wordnet-embedding"][split]}
         assert len(pairs) == len(tasks["wordnet-embedding"][split]), f"duplicate pairs in {split}"
+
+
+def test_wordnet_choice_asks_for_a_usages_definition_among_four_of_its_own_split(
+    tasks: dict[str, dict[str, Any]],
+) -> None:
+    task = tasks["wordnet-choice"]
+    meta = task["meta"]
+    assert (meta["task_type"], meta["text_column"], meta["choice_columns"], meta["label_column"], meta["labels"]) == \
+        ("multiple_choice", "text", ["choices"], "label", None)
+    glosses = _wordnet_glosses()
+    definitions_in: dict[str, set[str]] = {split: set() for split in SPLITS}
+    for gloss in glosses.values():
+        definitions_in[bpt.split_of(gloss)].add(bpt.definition_of(gloss))
+    for split in SPLITS:
+        positions = Counter(row["label"] for row in task[split])
+        assert set(positions) == {0, 1, 2, 3} and min(positions.values()) > 0.2 * len(task[split]), positions
+        for row in task[split]:
+            assert list(row) == ["text", "choices", "label", "id"]
+            gloss = glosses[row["id"].split("-")[0]]
+            assert bpt.split_of(gloss) == split  # split by the whole gloss: no question leaks
+            assert row["choices"][row["label"]] == bpt.definition_of(gloss)
+            assert len(set(row["choices"])) == 4 and set(row["choices"]) <= definitions_in[split], row
+            word, _, usage = row["text"].partition(": ")
+            assert word and usage in [quoted.strip() for quoted in re.findall(r'"([^"]*)"', gloss)], row
+    # the distractors are other senses of the word first: most questions are about the word's meaning
+    other_senses = meta["other_senses_used"] / sum(3 * len(task[split]) for split in SPLITS)
+    assert other_senses > 0.5, other_senses
 
 
 def test_debian_sections_respects_caps_and_section_sizes(tasks: dict[str, dict[str, Any]]) -> None:

@@ -59,7 +59,7 @@ MLPS = ("gelu", "geglu")
 NORMS = ("post", "pre")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "relu_pooler", "gelu_pooler", "cls", "mean", "last")
-TASK_TYPES = ("classification", "regression", "token_classification", "embedding")
+TASK_TYPES = ("classification", "regression", "token_classification", "embedding", "multiple_choice")
 EMBEDDING_LOSSES = ("mnrl", "cosine")
 MASK_SCHEDULES = ("constant", "linear", "cosine")
 
@@ -208,20 +208,34 @@ class EmbeddingSettings:
 
 
 @dataclass
+class MultipleChoiceSettings:
+    """`finetune.multiple_choice.*`: what only multiple choice reads (the context is finetune.text_column, the
+    right choice's index finetune.label_column)."""
+
+    choice_columns: list[str] = field(default_factory=lambda: ["choices"])  # the candidate answers: one column holding a list of them (jsonl/parquet), or one column per choice, e.g. [ending0, ending1, ending2, ending3]
+
+    def __post_init__(self) -> None:
+        if not self.choice_columns or len(set(self.choice_columns)) != len(self.choice_columns):
+            raise ConfigError(f"config key `finetune.multiple_choice.choice_columns` is {self.choice_columns}; give "
+                              "one column holding a list of choices, or two or more distinct columns")
+
+
+@dataclass
 class FinetuneSection:
-    task_type: str = "classification"  # classification | regression | token_classification (tagging, e.g. NER) | embedding (sentence embeddings)
+    task_type: str = "classification"  # classification | regression | token_classification (tagging, e.g. NER) | embedding (sentence embeddings) | multiple_choice (a context and N candidate answers)
     train_file: str | None = None  # csv / tsv / jsonl / parquet file, HF dataset dir, or hub name
     validation_file: str | None = None  # evaluated during training; picks the best checkpoint
     test_file: str | None = None  # evaluated once at the end with the best checkpoint
     text_column: str = "text"  # the (first) text column
     text_pair_column: str | None = None  # second text column for pair tasks (NLI, paraphrase) and embedding pairs
-    label_column: str = "label"  # label column: a name or an integer id (classification), a number (regression, embedding with loss cosine)
+    label_column: str = "label"  # label column: a name or an integer id (classification), a number (regression, embedding with loss cosine) | multiple_choice: the right choice's index from 0
     labels: list[str] = field(default_factory=list)  # class (or tag) names in id order; empty = sorted labels of the train file
     max_length: int = 128  # tokens per example after truncation ([CLS]/[SEP] included)
     delimiter: str | None = None  # csv/tsv delimiter; None = from the file extension
     classification: ClassificationSettings = field(default_factory=ClassificationSettings)  # task_type classification only
     tagging: TaggingSettings = field(default_factory=TaggingSettings)  # task_type token_classification only
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)  # task_type embedding only
+    multiple_choice: MultipleChoiceSettings = field(default_factory=MultipleChoiceSettings)  # task_type multiple_choice only
 
     def __post_init__(self) -> None:
         check_choice("finetune.task_type", self.task_type, TASK_TYPES)
@@ -249,6 +263,7 @@ TASK_TYPE_READS: dict[str, tuple[frozenset[str], str | None]] = {
     "regression": (frozenset({"text_column", "text_pair_column", "label_column", "delimiter"}), None),
     "token_classification": (frozenset({"labels"}), "tagging"),
     "embedding": (frozenset({"text_column", "text_pair_column", "label_column", "delimiter"}), "embedding"),
+    "multiple_choice": (frozenset({"text_column", "label_column", "delimiter"}), "multiple_choice"),
 }
 _FINETUNE_DEFAULTS: dict[str, object] = {"text_column": "text", "text_pair_column": None, "label_column": "label",
                                          "labels": [], "delimiter": None}

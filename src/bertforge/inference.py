@@ -351,6 +351,9 @@ def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Pa
 # fill-mask
 
 
+MASK_SPELLINGS = ("[MASK]", "<mask>")  # BERT's and RoBERTa's: fill-mask takes either for the model's own
+
+
 @dataclass(frozen=True)
 class MaskPrediction:
     """One candidate for one [MASK], shaped like a `transformers` fill-mask pipeline result."""
@@ -377,6 +380,9 @@ def fill_mask(loaded: LoadedModel, text: str, top_k: int = 5) -> list[list[MaskP
     special = load_tokenizer(loaded.tokenizer())
     tokenizer = bert_tokenizer(loaded.tokenizer(), loaded.max_length)
     mask_token = special.special_tokens["mask"]
+    for spelling in MASK_SPELLINGS:  # BERT's [MASK] written for a RoBERTa model, or the other way round
+        if spelling != mask_token and special.tokenizer.token_to_id(spelling) is None:
+            text = text.replace(spelling, mask_token)
     encoding = tokenizer.encode(text)
     ids = torch.tensor(encoding.ids, dtype=torch.long)
     masked_positions = (ids == special.mask_id).nonzero().flatten()

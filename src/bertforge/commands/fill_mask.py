@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         bertforge fill-mask runs/quickstart-pretrain/final "and god said , let there be [MASK]" --top-k 3 --json
         """)
     parser.add_argument("model", metavar="MODEL", help="pre-training run directory, final/, checkpoint or model dir")
-    parser.add_argument("text", metavar="TEXT", help="text with one or more [MASK] tokens")
+    parser.add_argument("text", metavar="TEXT",
+                        help="text with one or more mask tokens: [MASK] or <mask>, read as the model's own")
     parser.add_argument("--top-k", type=int, default=5, help="candidates per mask (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON (as the transformers pipeline returns)")
     parser.set_defaults(func=run)

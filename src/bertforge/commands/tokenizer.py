@@ -1,28 +1,37 @@
-"""`bertforge tokenizer train`: a BERT WordPiece tokenizer in Hugging Face format."""
+"""`bertforge tokenizer train`: a WordPiece, byte-level BPE or Unigram tokenizer in Hugging Face format."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from bertforge.commands.common import add_command
 from bertforge.console import log, progress_enabled
 
+TOKENIZER_MODEL_NAMES = ("wordpiece", "bpe", "unigram")  # data/tokenizer_models.py's, without importing tokenizers here
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "tokenizer", help="train a WordPiece tokenizer",
+    parser = add_command(subparsers, "tokenizer", help="train a WordPiece, byte-level BPE or Unigram tokenizer",
                          description="Tokenizer tools.",
                          example="bertforge tokenizer train --input bundled:corpus --vocab-size 8192 --out tok")
     commands = parser.add_subparsers(dest="tokenizer_command", metavar="<subcommand>", required=True)
     train = add_command(
-        commands, "train", help="train a BERT-style WordPiece tokenizer on text files",
-        description="Train a BERT-style WordPiece tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK]) with Hugging Face "
-                    "`tokenizers`. The vocabulary is padded to a multiple of 64 and saved in Hugging Face format "
-                    "(tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json), so "
+        commands, "train", help="train a WordPiece, byte-level BPE or Unigram tokenizer on text files",
+        description="Train a tokenizer with Hugging Face `tokenizers`: --model wordpiece (BERT's: [PAD] [UNK] [CLS] "
+                    "[SEP] [MASK], uncased by default), bpe (RoBERTa's byte-level BPE: <s> <pad> </s> <unk> <mask>, "
+                    "cased) or unigram (XLM-R's SentencePiece Unigram, the same specials, cased). The vocabulary is "
+                    "padded to a multiple of 64 and saved in Hugging Face format (tokenizer.json, "
+                    "tokenizer_config.json, special_tokens_map.json; vocab.txt for WordPiece), so "
                     "AutoTokenizer.from_pretrained(OUT) loads it. Inputs: .txt (blank line between documents), "
                     ".jsonl/.json, .csv/.tsv, .parquet (optionally .gz/.zst), HF dataset dirs, MDS dirs, "
                     "hf:NAME[:CONFIG][@SPLIT], globs and fsspec URLs; bundled:corpus is the corpus shipped with "
                     "bertforge.",
-        example="bertforge tokenizer train --input bundled:corpus --vocab-size 8192 --out runs/tokenizer")
+        example="bertforge tokenizer train --input bundled:corpus --vocab-size 8192 --out runs/tokenizer\n"
+                "bertforge tokenizer train --model bpe --input bundled:corpus --vocab-size 8192 --out runs/bpe")
+    train.add_argument("--model", choices=TOKENIZER_MODEL_NAMES, default="wordpiece",
+                       help="wordpiece (BERT), bpe (byte-level, RoBERTa) or unigram (SentencePiece, XLM-R); "
+                            "default wordpiece")
     train.add_argument("--input", action="append", required=True, metavar="PATH",
                        help="text input: file, directory, glob, URL or hf:NAME (repeatable)")
     train.add_argument("--vocab-size", type=int, default=32768, help="vocabulary size (padded to x64; default 32768)")
@@ -30,11 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="output directory: new, empty, or an earlier `tokenizer train` output (then add --overwrite)")
     train.add_argument("--overwrite", action="store_true", help="replace an earlier tokenizer at --out")
     case = train.add_mutually_exclusive_group()
-    case.add_argument("--uncased", dest="lowercase", action="store_true", default=True,
-                      help="lower-case and strip accents (default)")
-    case.add_argument("--cased", dest="lowercase", action="store_false", help="keep case and accents")
+    case.add_argument("--uncased", dest="lowercase", action="store_true", default=None,
+                      help="lower-case and strip accents (WordPiece's default; WordPiece only)")
+    case.add_argument("--cased", dest="lowercase", action="store_false",
+                      help="keep case and accents (BPE's and Unigram's only way)")
     train.add_argument("--text-field", default="text", help="field/column with the text (jsonl/csv/parquet/HF/MDS)")
-    train.add_argument("--min-frequency", type=int, default=2, help="minimum pair frequency for a merge (default 2)")
+    train.add_argument("--min-frequency", type=int, default=None,
+                       help="minimum pair frequency for a merge (WordPiece and BPE; default 2)")
     train.set_defaults(func=run_train)
 
 
@@ -43,7 +54,13 @@ SAVED_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_
 
 def run_train(args: argparse.Namespace) -> int:
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
+    from bertforge.data.tokenizer_models import TOKENIZER_MODELS
+    from bertforge.errors import ConfigError
     from bertforge.output_guard import claim_directory
+
+    if args.model == "unigram" and args.min_frequency is not None:
+        raise ConfigError("--min-frequency counts the pairs WordPiece and BPE merge; Unigram prunes its pieces by "
+                          "likelihood instead, so drop it or use --model wordpiece or bpe")
 
     def earlier_tokenizer(names: list[str], directories: set[str]) -> bool:  # written before the ledger
         return "tokenizer.json" in names and set(names) <= set(SAVED_FILES)
@@ -51,10 +68,15 @@ def run_train(args: argparse.Namespace) -> int:
     claimed = claim_directory(args.out, command="tokenizer train", flag="--out", what="tokenizer",
                               overwrite=args.overwrite, sources=[(path, "an --input") for path in args.input],
                               recognise=earlier_tokenizer)
-    loaded = train_tokenizer_from_inputs(args.input, args.out, vocab_size=args.vocab_size, lowercase=args.lowercase,
-                                         text_field=args.text_field, min_frequency=args.min_frequency,
+    loaded = train_tokenizer_from_inputs(args.input, args.out, model=args.model, vocab_size=args.vocab_size,
+                                         lowercase=args.lowercase, text_field=args.text_field,
+                                         min_frequency=2 if args.min_frequency is None else args.min_frequency,
                                          show_progress=progress_enabled())
     claimed.record(*SAVED_FILES)
-    log.info(f"saved a {'uncased' if args.lowercase else 'cased'} WordPiece tokenizer with {loaded.vocab_size:,} "
-             f"tokens to {args.out}")
+    stale = Path(args.out) / "vocab.txt"
+    if args.model != "wordpiece" and stale.is_file():  # an earlier WordPiece's, which an export would copy
+        stale.unlink()
+    model = TOKENIZER_MODELS[args.model]
+    log.info(f"saved a {'uncased' if loaded.lowercase else 'cased'} {model.describe} tokenizer with "
+             f"{loaded.vocab_size:,} tokens to {args.out}")
     return 0

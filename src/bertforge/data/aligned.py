@@ -28,6 +28,27 @@ if TYPE_CHECKING:
     from bertforge.data.tagged import TaggedSplit
 
 
+def words_tokenizer(configured: Tokenizer) -> Tokenizer:
+    """`configured` for pre-split words. Byte-level BPE marks a word start by the space before it (`Ġword`),
+    which a word handed over alone lacks: each would be encoded as a text's first word, unlike the running text
+    the model was pre-trained and is asked to predict on. As transformers' run_ner does for RoBERTa
+    (`add_prefix_space=True`), each word gets that space. Other tokenizers are left as they are (BERT's split
+    on whitespace anyway; XLM-R's Metaspace prepends its `▁` to every word)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    spec = json.loads(configured.to_str())
+    pre_tokenizer = spec.get("pre_tokenizer") or {}
+    parts = pre_tokenizer.get("pretokenizers", []) if pre_tokenizer.get("type") == "Sequence" else [pre_tokenizer]
+    byte_level = [part for part in parts if part.get("type") == "ByteLevel"]
+    if not byte_level:
+        return configured
+    for part in byte_level:
+        part["add_prefix_space"] = True
+    return Tokenizer.from_str(json.dumps(spec))
+
+
 def first_pieces(word_ids: Sequence[int | None]) -> np.ndarray:
     """Token positions that start a word (`word_ids` as a `tokenizers` Encoding gives them; None = special)."""
     starts = [position for position, word in enumerate(word_ids)
@@ -44,7 +65,7 @@ class TaggedDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, split: TaggedSplit, tokenizer: Tokenizer | str | Path, max_length: int) -> None:
-        configured = bert_tokenizer(tokenizer, max_length)
+        configured = words_tokenizer(bert_tokenizer(tokenizer, max_length))
         self.pad_token_id = pad_token_id(configured, tokenizer)
         self.tag_names = list(split.tag_names)
         self.source = split.source

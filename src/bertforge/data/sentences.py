@@ -3,9 +3,11 @@
 BERT's sample construction works on sentences (packing consecutive ones, cutting NSP pairs between
 them), so we need the token ids *and* where each sentence ends. Encoding every sentence as its own
 string costs one Rust `Encoding` object and one Python list per sentence; instead each document is
-encoded as one string in which sentence ends are marked by the `[SEP]` token (the tokenizer
-recognises special tokens in text), and the boundaries are recovered with numpy from the marker
-positions. On the bundled corpus this is ~1.6x faster than encoding lines.
+encoded as one string in which sentence ends are marked by the tokenizer's own separator (`[SEP]`,
+RoBERTa's `</s>`: the tokenizer recognises special tokens in text), and the boundaries are recovered
+with numpy from the marker positions. On the bundled corpus this is ~1.6x faster than encoding lines.
+The mark keeps the space after it with the next word, so a byte-level BPE (`Ġword`) or SentencePiece
+(`▁word`) tokenizer encodes that word as it does mid-text: the ids are those of the whole text.
 
 Sentence splitting is a rule, not a model: a line break always ends a sentence (the `.txt` format
 puts one or more sentences on a line) and so does `.`, `!` or `?` (plus closing quotes/brackets)
@@ -34,7 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tokenizers import Tokenizer
 
-SENTENCE_MARK = " [SEP] "
+_SPLIT_MARK = "\n"  # split_sentences' own mark: no sentence holds a line break once marked
+_WHITESPACE_DROPPING = ("BertPreTokenizer", "Whitespace", "WhitespaceSplit")
 PIECE_CHARS = 1 << 16
 _SENTENCE_END = re.compile(r"([.!?][\"'”’)\]]*)[ \t]+(?=[\"'“‘(\[]?[A-Z0-9À-Þ])")
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[\s]*")
@@ -61,45 +64,55 @@ class TokenizedDocuments:
         return len(self.document_sentences)
 
 
-def mark_sentences(text: str, *, within_lines: bool = True) -> str:
-    """The document with every sentence end replaced by `SENTENCE_MARK`.
+def sentence_mark(tokenizer: Tokenizer, sep_id: int) -> str:
+    """The text that ends a sentence: the tokenizer's separator and the space that stays with the next word.
+    A tokenizer that drops whitespace (BERT's) gets a space before it too, so that every word of the marked
+    text stays whole for the word cache (`end. [SEP] Next`, not `end.[SEP]`)."""
+    sep = tokenizer.id_to_token(sep_id)
+    pre_tokenizer = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
+    first = (pre_tokenizer.get("pretokenizers") or [{}])[0] if pre_tokenizer.get("type") == "Sequence" else pre_tokenizer
+    return f" {sep} " if first.get("type") in _WHITESPACE_DROPPING else f"{sep} "
+
+
+def mark_sentences(text: str, mark: str, *, within_lines: bool = True) -> str:
+    """The document with every sentence end (and the whitespace there) replaced by `mark`.
 
     `within_lines=False` marks line breaks only, so each line is one "sentence" (line-by-line samples).
     """
     text = text.strip()
     if within_lines:
-        text = _SENTENCE_END.sub(r"\1" + SENTENCE_MARK, text)
-    return _LINE_BREAK.sub(SENTENCE_MARK, text)
+        text = _SENTENCE_END.sub(lambda match: match.group(1) + mark, text)
+    return _LINE_BREAK.sub(lambda _: mark, text)
 
 
 def split_sentences(text: str) -> list[str]:
     """The sentences of a document (the same rule `tokenize_documents` uses)."""
-    return [s for s in mark_sentences(text).split(SENTENCE_MARK) if s.strip()]
+    return [s for s in mark_sentences(text, _SPLIT_MARK).split(_SPLIT_MARK) if s.strip()]
 
 
-def _pieces_of(marked: str) -> list[str]:
+def _pieces_of(marked: str, mark: str) -> list[str]:
     """Cut a long marked document into pieces of at most PIECE_CHARS, at sentence marks or spaces."""
     if len(marked) <= PIECE_CHARS:
         return [marked]
     pieces: list[str] = []
     current: list[str] = []
     size = 0
-    for sentence in marked.split(SENTENCE_MARK):
+    for sentence in marked.split(mark):
         while len(sentence) > PIECE_CHARS:  # a sentence longer than a piece: cut at a space
             cut = sentence.rfind(" ", 0, PIECE_CHARS)
             cut = cut if cut > 0 else PIECE_CHARS
             if current:
-                pieces.append(SENTENCE_MARK.join(current))
+                pieces.append(mark.join(current))
                 current, size = [], 0
             pieces.append(sentence[:cut])
             sentence = sentence[cut:]
         if size + len(sentence) > PIECE_CHARS and current:
-            pieces.append(SENTENCE_MARK.join(current))
+            pieces.append(mark.join(current))
             current, size = [], 0
         current.append(sentence)
-        size += len(sentence) + len(SENTENCE_MARK)
+        size += len(sentence) + len(mark)
     if current:
-        pieces.append(SENTENCE_MARK.join(current))
+        pieces.append(mark.join(current))
     return pieces
 
 
@@ -145,12 +158,13 @@ def tokenize_documents(texts: Sequence[str], tokenizer: Tokenizer, *, sep_id: in
     would otherwise reach the model as real special tokens. Pass a `WordCache` (only where
     `word_cache_applies`) to take the fast path for the documents it can handle.
     """
+    mark = sentence_mark(tokenizer, sep_id)
     if word_cache is None or any(_SPLIT_UNSAFE.search(text) for text in texts):
-        return _tokenize_in_pieces(texts, tokenizer, sep_id=sep_id, drop_ids=drop_ids, dtype=dtype,
+        return _tokenize_in_pieces(texts, tokenizer, mark, sep_id=sep_id, drop_ids=drop_ids, dtype=dtype,
                                    within_lines=within_lines)
     words: list[str] = []
     for text in texts:
-        words.extend(mark_sentences(text, within_lines=within_lines).split())
+        words.extend(mark_sentences(text, mark, within_lines=within_lines).split())
         words.append(_DOCUMENT_END)
     ids = word_cache.encode(words)
     document_end = ids == -1
@@ -161,12 +175,14 @@ def tokenize_documents(texts: Sequence[str], tokenizer: Tokenizer, *, sep_id: in
                        dtype=dtype, num_documents=len(texts))
 
 
-def _tokenize_in_pieces(texts: Sequence[str], tokenizer: Tokenizer, *, sep_id: int, drop_ids: Sequence[int],
-                        dtype: np.dtype, within_lines: bool) -> TokenizedDocuments:
+def _tokenize_in_pieces(texts: Sequence[str], tokenizer: Tokenizer, mark: str, *, sep_id: int,
+                        drop_ids: Sequence[int], dtype: np.dtype, within_lines: bool) -> TokenizedDocuments:
     pieces: list[str] = []
     pieces_per_document = np.empty(len(texts), dtype=np.int64)
     for d, text in enumerate(texts):
-        document_pieces = _pieces_of(mark_sentences(text, within_lines=within_lines))
+        document_pieces = _pieces_of(mark_sentences(text, mark, within_lines=within_lines), mark)
+        # a piece cut at a sentence end lost the space before its first word to the mark: BPE's `Ġword` needs it
+        document_pieces[1:] = [piece if piece[:1].isspace() else " " + piece for piece in document_pieces[1:]]
         pieces.extend(document_pieces)
         pieces_per_document[d] = len(document_pieces)
     encodings = tokenizer.encode_batch_fast(pieces, add_special_tokens=False)

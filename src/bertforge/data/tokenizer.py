@@ -1,6 +1,7 @@
-"""Train and load BERT-style WordPiece tokenizers, in the Hugging Face directory format.
+"""Train and load tokenizers (WordPiece, byte-level BPE, Unigram), in the Hugging Face directory format.
 
-Training is Hugging Face `tokenizers` (Rust, multi-threaded). What we add: the vocabulary is padded
+Training is Hugging Face `tokenizers` (Rust, multi-threaded); the BPE and Unigram models, as RoBERTa
+and XLM-R train them, are in `data/tokenizer_models.py`. What we add: the vocabulary is padded
 with inert `[unusedN]` entries to a multiple of 64 (embedding and MLM-head matmuls are faster on
 GPUs when the vocab is a multiple of 64, and BERT's own vocab has `[unused]` slots for the same
 reason), and the directory carries every file stock `transformers` expects (`tokenizer.json`,
@@ -120,9 +121,12 @@ class LoadedTokenizer:
 # training
 
 
-def check_requested_vocab_size(vocab_size: int) -> None:
-    if vocab_size < len(SPECIAL_TOKENS) + 100:
-        raise DataError(f"--vocab-size {vocab_size} is too small; give at least {len(SPECIAL_TOKENS) + 100}")
+def check_requested_vocab_size(vocab_size: int, model: str = "wordpiece") -> None:
+    from bertforge.data.tokenizer_models import tokenizer_model
+
+    minimum = tokenizer_model(model).minimum_vocab_size
+    if vocab_size < minimum:
+        raise DataError(f"--vocab-size {vocab_size} is too small for --model {model}; give at least {minimum}")
     check_vocab_size(vocab_size)  # the Rust trainer aborts with a panic on absurd sizes
 
 
@@ -249,24 +253,22 @@ def _class_of(characters: set[str]) -> str:
     return "".join(re.escape(c) for c in sorted(characters))
 
 
-def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path, *, lowercase: bool, model_max_length: int = 512) -> Path:
-    """Write the HF tokenizer files so `AutoTokenizer.from_pretrained(out_dir)` loads a BertTokenizerFast."""
+def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path, *, lowercase: bool) -> Path:
+    """Write the HF tokenizer files so `AutoTokenizer.from_pretrained(out_dir)` builds the same tokenizer
+    (a BertTokenizerFast for WordPiece, RoBERTa's for byte-level BPE, XLM-R's for Unigram)."""
+    from bertforge.data.tokenizer_models import TOKENIZER_MODELS, model_of_saved
+
+    model = TOKENIZER_MODELS[model_of_saved(tokenizer)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(out / "tokenizer.json"))
-    vocab = tokenizer.get_vocab()
-    ordered = sorted(vocab, key=vocab.__getitem__)
-    (out / "vocab.txt").write_text("".join(token + "\n" for token in ordered), encoding="utf-8")
-    special_map = {f"{role}_token": token for role, token in _BERT_DEFAULTS.items()}
-    config = {
-        "tokenizer_class": "BertTokenizerFast",
-        "do_lower_case": lowercase,
-        "strip_accents": None,
-        "tokenize_chinese_chars": True,
-        "model_max_length": model_max_length,
-        "clean_up_tokenization_spaces": False,
-        **special_map,
-    }
+    if model.name == "wordpiece":  # BERT's own file; BertTokenizer (slow) reads only this
+        vocab = tokenizer.get_vocab()
+        ordered = sorted(vocab, key=vocab.__getitem__)
+        (out / "vocab.txt").write_text("".join(token + "\n" for token in ordered), encoding="utf-8")
+    special_map = {f"{role}_token": token for role, token in model.roles.items()}
+    case = {"do_lower_case": lowercase} if model.name == "wordpiece" else {}
+    config = {"tokenizer_class": model.tokenizer_class, **case, **model.config, **special_map}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n", encoding="utf-8")
     return out
@@ -353,15 +355,21 @@ def load_tokenizer(path: str | Path) -> LoadedTokenizer:
                            fingerprint=tokenizer_fingerprint(tokenizer), lowercase=lowercase)
 
 
-def train_tokenizer_from_inputs(inputs: list[str], out_dir: str | Path, *, vocab_size: int = 32768,
-                                lowercase: bool = True, text_field: str = "text", min_frequency: int = 2,
-                                show_progress: bool = False) -> LoadedTokenizer:
-    """Train on the documents of `inputs` (any format `bertforge.data.sources` reads) and save to `out_dir`."""
+def train_tokenizer_from_inputs(inputs: list[str], out_dir: str | Path, *, model: str = "wordpiece",
+                                vocab_size: int = 32768, lowercase: bool | None = None, text_field: str = "text",
+                                min_frequency: int = 2, show_progress: bool = False) -> LoadedTokenizer:
+    """Train a `model` (wordpiece, bpe, unigram) on the documents of `inputs` (any format `bertforge.data.sources`
+    reads) and save to `out_dir`. `lowercase` None: WordPiece lower-cases, BPE and Unigram keep case."""
     from bertforge.data.sources import resolve_inputs
+    from bertforge.data.tokenizer_models import tokenizer_model
 
-    check_requested_vocab_size(vocab_size)
+    check_requested_vocab_size(vocab_size, model)
+    if lowercase and tokenizer_model(model).cased_only:
+        raise DataError(f"--uncased is WordPiece's: --model {model} keeps case, as RoBERTa's and XLM-R's tokenizers "
+                        "do (transformers rebuilds them with no normalizer); drop --uncased or use --model wordpiece")
+    lowercase = model == "wordpiece" if lowercase is None else lowercase
     sources = resolve_inputs(inputs)
-    settings = dict(vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
+    settings = dict(model=model, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
                     show_progress=show_progress)
     tokenizer = Tokenizer.from_str(_in_child_process(sources, text_field, settings))
     save_tokenizer(tokenizer, out_dir, lowercase=lowercase)
@@ -452,11 +460,21 @@ def _train_in_child(sources: list[Source], text_field: str, settings: dict[str, 
     if parent_verbosity is not None:
         setup_logging(parent_verbosity)
     try:
-        texts = _DocumentTexts(sources, text_field)
-        outcome: tuple[str, Any] = ("done", train_wordpiece(texts, **settings).to_str())
+        outcome: tuple[str, Any] = ("done", _train(_DocumentTexts(sources, text_field), **settings).to_str())
     except BertforgeError as error:
         outcome = ("error", error)
     except Exception as error:  # a bug: its type and message reach the parent, which reports it as one
         outcome = ("error", RuntimeError(f"{type(error).__name__}: {error}"))
     send.send(outcome)
     send.close()
+
+
+def _train(texts: _DocumentTexts, *, model: str, vocab_size: int, lowercase: bool, min_frequency: int,
+           show_progress: bool) -> Tokenizer:
+    from bertforge.data.tokenizer_models import tokenizer_model, train_subword
+
+    if model == "wordpiece":
+        return train_wordpiece(texts, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
+                               show_progress=show_progress)
+    return train_subword(texts, tokenizer_model(model), vocab_size=vocab_size, min_frequency=min_frequency,
+                         show_progress=show_progress)

@@ -47,6 +47,7 @@ class PretrainTask(Task):
         tokenizer = load_tokenizer(self.tokenizer_dir)
         self._check_tokenizer(tokenizer.fingerprint, train.manifest["tokenizer"]["fingerprint"])
         self.vocab_size = tokenizer.vocab_size
+        self.pad_id = tokenizer.pad_id
         masking = MaskingSettings(mask_prob=data.mask_prob, mask_replace_prob=data.mask_replace_prob,
                                   random_replace_prob=data.random_replace_prob,
                                   whole_word=data.whole_word_masking, seed=self.config.run.seed)
@@ -91,7 +92,14 @@ class PretrainTask(Task):
             model = load_for_task(section.init_from, "pretraining", nsp=self.nsp,
                                   config_overrides=runtime_overrides(section))
         else:
-            model = BertforgeForPreTraining(encoder_config_from_section(section, self.vocab_size), nsp=self.nsp)
+            encoder = encoder_config_from_section(section, self.vocab_size)
+            if encoder.position_offset and encoder.position_offset != self.pad_id + 1:
+                # an export says pad_token_id = position_offset - 1, and HF numbers positions after that id
+                raise ConfigError(f"model.preset {section.preset} numbers positions after the pad id "
+                                  f"{encoder.position_offset - 1}, as RoBERTa does, but the pad token of "
+                                  f"{self.config.data.path}'s tokenizer is id {self.pad_id}; train the tokenizer with "
+                                  "`bertforge tokenizer train --model bpe` (or unigram), whose <pad> is id 1")
+            model = BertforgeForPreTraining(encoder, nsp=self.nsp)
         if model.config.vocab_size < self.vocab_size:  # an id past the embedding table is an opaque index error
             source = f"model.init_from ({section.init_from})" if section.init_from else "`model.vocab_size`"
             raise ConfigError(f"{source} gives {model.config.vocab_size} embeddings but the tokenizer of "

@@ -64,9 +64,15 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
     "BertForTokenClassification": (("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias")),
+    "BertForMultipleChoice": (  # the sequence classifier's pooler and linear layer, one score per choice
+        ("head.pooler.dense.weight", "bert.pooler.dense.weight"),
+        ("head.pooler.dense.bias", "bert.pooler.dense.bias"),
+        ("head.classifier.weight", "classifier.weight"),
+        ("head.classifier.bias", "classifier.bias")),
 }
 CLASSES = {"BertModel": "base", "BertForMaskedLM": "pretraining", "BertForPreTraining": "pretraining",
-           "BertForSequenceClassification": "classification", "BertForTokenClassification": "token_classification"}
+           "BertForSequenceClassification": "classification", "BertForTokenClassification": "token_classification",
+           "BertForMultipleChoice": "multiple_choice"}
 
 
 def unfit_reason(config: EncoderConfig) -> str:
@@ -93,9 +99,10 @@ def class_for(kind: str, model: Any) -> tuple[str | None, str]:
         return ("BertForPreTraining" if model.nsp else "BertForMaskedLM"), ""
     if kind == "token_classification":
         return "BertForTokenClassification", ""
+    hf_class = "BertForMultipleChoice" if kind == "multiple_choice" else "BertForSequenceClassification"
     if model.config.pooling != "pooler":
-        return None, f"HF BertForSequenceClassification always uses the tanh pooler, not pooling={model.config.pooling}"
-    return "BertForSequenceClassification", ""
+        return None, f"HF {hf_class} always uses the tanh pooler, not pooling={model.config.pooling}"
+    return hf_class, ""
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:

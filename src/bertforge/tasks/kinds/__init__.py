@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from bertforge.errors import ConfigError
-from bertforge.tasks.kinds import classification, embedding, token_classification
+from bertforge.tasks.kinds import classification, embedding, multiple_choice, token_classification
 from bertforge.tasks.kinds.kind import TaskKind
 
-KINDS: tuple[TaskKind, ...] = (classification.KIND, token_classification.KIND, embedding.KIND)
+KINDS: tuple[TaskKind, ...] = (classification.KIND, token_classification.KIND, embedding.KIND, multiple_choice.KIND)
 
 
 def kind_named(task_type: str) -> TaskKind:
