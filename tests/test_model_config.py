@@ -15,7 +15,8 @@ from bertforge.models.config import PRESETS
 
 def test_every_preset_builds_a_valid_config_with_the_papers_shapes() -> None:
     assert set(PRESETS) == {"bert-tiny", "bert-mini", "bert-small", "bert-base", "bert-large", "mosaic-bert-base",
-                            "modernbert-base", "crammed-bert", "deberta-v3-small", "deberta-v3-tiny"}
+                            "modernbert-base", "crammed-bert", "roberta-base", "roberta-tiny",
+                            "deberta-v3-small", "deberta-v3-tiny"}
     base = get_preset("bert-base")
     assert (base.hidden_size, base.num_layers, base.num_heads, base.intermediate_size) == (768, 12, 12, 3072)
     assert (base.position, base.mlp, base.norm, base.bias) == ("learned", "gelu", "post", True)
@@ -26,6 +27,8 @@ def test_every_preset_builds_a_valid_config_with_the_papers_shapes() -> None:
     assert modern.layer_window(1) == 64 and modern.layer_window(0) is None
     assert (modern.layer_rope_theta(0), modern.layer_rope_theta(1)) == (160000.0, 10000.0)
     assert get_preset("crammed-bert").num_layers == 16
+    roberta = get_preset("roberta-base")  # positions after the pad id 1: 514 rows for 512 tokens
+    assert (roberta.position_offset, roberta.max_sequence_length, roberta.type_vocab_size) == (2, 512, 1)
 
 
 def test_presets_are_fresh_copies() -> None:

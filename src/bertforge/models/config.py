@@ -251,6 +251,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "crammed-bert": _preset(vocab_size=32768, hidden_size=768, num_layers=16, num_heads=12,
                             intermediate_size=1536, max_position_embeddings=128, hidden_dropout=0.0,
                             attention_dropout=0.0, mlp="geglu", norm="pre", bias=False, pooling="cls"),
+    # RoBERTa: BERT's graph, positions numbered after the pad id (<pad> is 1 in its tokenizer), one token type
+    "roberta-base": _preset(vocab_size=50304, hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
+                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
+    "roberta-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512,
+                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
     # DeBERTa-v3: no absolute positions, disentangled attention over 256 log buckets, no token types
     "deberta-v3-small": _preset(vocab_size=128128, hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072,
                                 type_vocab_size=0, norm_eps=1e-7, position="relative", pooling="gelu_pooler",
