@@ -17,7 +17,9 @@ real `finetune` task and trainer (unpadded batches); HF runs `Trainer` + `DataCo
   spread of both sides' metric over seeds and of their difference.
 
 Tasks: `supersense` (bundled) and the tasks `scripts/build_parity_tasks.py` builds into its cache
-(`manpages`, `wordnet-pairs`, `wordnet-similarity`, `debian-sections`). One command each:
+(`manpages`, `wordnet-pairs`, `wordnet-similarity`, `debian-sections`); the multiple-choice arm
+(`wordnet-choice`, HF's `BertForMultipleChoice`) is `benchmarks/parity_choice.py`, with these
+hyperparameters and this table. One command each:
 
     python benchmarks/parity.py --tasks supersense,manpages,wordnet-pairs,wordnet-similarity --seeds 5
     python benchmarks/parity.py --mode matched --tasks supersense --seeds 2
