@@ -21,6 +21,7 @@ from test_model_families import family_tokenizer, hf_outputs, max_diff, our_outp
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import DisentangledAttention
+from bertforge.models.encoder import unpad_inputs
 from bertforge.models.hf import export_hf, from_hf, hf_class_name
 
 TOLERANCE = 1e-5
@@ -206,3 +207,24 @@ def test_doctor_says_deberta_layers_take_the_explicit_disentangled_path() -> Non
                               available_kernels(device))
     assert [choice["backend"] for choice in report["auto"]] == ["disentangled"]
     assert "no varlen/flash kernel" in report["auto"][0]["reason"]
+
+
+def test_multiple_choice_imports_and_exports_with_the_stock_class_logits(tmp_path: Path) -> None:
+    from bertforge.tasks.multiple_choice import BertforgeForMultipleChoice
+
+    hf_model = tiny_deberta("ForMultipleChoice")
+    ours = from_hf(hf_model).eval()
+    assert type(ours) is BertforgeForMultipleChoice
+    ids, mask = padded_batch(0, [17, 5, 30, 11, 8, 23])  # 2 questions x 3 choices
+    padded = {"input_ids": ids.view(2, 3, -1), "attention_mask": mask.view(2, 3, -1)}
+    packed = unpad_inputs(ids, mask)
+    with torch.no_grad():
+        theirs = hf_model(**padded).logits
+        mine = ours(packed.input_ids, cu_seqlens=packed.cu_seqlens, max_seqlen=packed.max_seqlen,
+                    choice_counts=torch.tensor([3, 3])).logits
+    assert max_diff(mine, theirs) <= TOLERANCE
+    result = export_hf(ours, None, tmp_path / "export")
+    assert result.architecture == "DebertaV2ForMultipleChoice"
+    reloaded = transformers.AutoModelForMultipleChoice.from_pretrained(str(result.directory)).eval()
+    with torch.no_grad():
+        assert max_diff(reloaded(**padded).logits, theirs) <= TOLERANCE

@@ -13,8 +13,8 @@ position and position-to-content scores from one relative-distance table for the
   The enhanced mask decoder is what transformers runs of it: that head on the last layer (its `z_steps`
   re-run of the last layer is 0); a `legacy: true` config's `cls.predictions` head is not imported (the
   head starts fresh, and the import says so);
-- the sequence classifier is `pooler.dense` + `pooler_hidden_act` on the first token (ContextPooler),
-  then `classifier`: gelu/relu/tanh are our gelu_pooler/relu_pooler/pooler;
+- the sequence classifier and the multiple-choice scorer are `pooler.dense` + `pooler_hidden_act` on the
+  first token (ContextPooler), then `classifier`: gelu/relu/tanh are our gelu_pooler/relu_pooler/pooler;
 - refused in one line, as bertforge cannot run them exactly: the ConvLayer (`conv_kernel_size`, unused
   by v3-small/base), `relative_attention: false`, an `embedding_size` other than hidden_size, a
   ContextPooler with its own width or dropout (`pooler_hidden_size`, `pooler_dropout`).
@@ -75,10 +75,15 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.classifier.bias", "classifier.bias")),
     "DebertaV2ForTokenClassification": (("classifier.weight", "classifier.weight"),
                                         ("classifier.bias", "classifier.bias")),
+    "DebertaV2ForMultipleChoice": (  # the sequence classifier's pooler and linear layer, one score per choice
+        ("head.pooler.dense.weight", "pooler.dense.weight"),
+        ("head.pooler.dense.bias", "pooler.dense.bias"),
+        ("head.classifier.weight", "classifier.weight"),
+        ("head.classifier.bias", "classifier.bias")),
 }
 CLASSES = {"DebertaV2Model": "base", "DebertaV2ForMaskedLM": "pretraining",
            "DebertaV2ForSequenceClassification": "classification",
-           "DebertaV2ForTokenClassification": "token_classification"}
+           "DebertaV2ForTokenClassification": "token_classification", "DebertaV2ForMultipleChoice": "multiple_choice"}
 # the ContextPooler's pooler_hidden_act -> our pooling of the same dense + activation on the first token
 POOLER_ACTIVATION_TO_POOLING = {"gelu": "gelu_pooler", "relu": "relu_pooler", "tanh": "pooler"}
 POOLING_TO_POOLER_ACTIVATION = {pooling: act for act, pooling in POOLER_ACTIVATION_TO_POOLING.items()}
@@ -111,10 +116,11 @@ def class_for(kind: str, model: Any) -> tuple[str | None, str]:
         return "DebertaV2ForMaskedLM", ""
     if kind == "token_classification":
         return "DebertaV2ForTokenClassification", ""
+    hf_class = "DebertaV2ForMultipleChoice" if kind == "multiple_choice" else "DebertaV2ForSequenceClassification"
     if model.config.pooling not in POOLING_TO_POOLER_ACTIVATION:
-        return None, (f"HF DebertaV2ForSequenceClassification pools with dense + activation on the first token "
+        return None, (f"HF {hf_class} pools with dense + activation on the first token "
                       f"(pooling {', '.join(POOLING_TO_POOLER_ACTIVATION)}), not pooling={model.config.pooling}")
-    return "DebertaV2ForSequenceClassification", ""
+    return hf_class, ""
 
 
 def _refuse(source: str, key: str, value: object, why: str) -> BertforgeError:
