@@ -354,3 +354,54 @@ def test_finetune_starts_from_a_saved_tiny_hf_directory_of_the_family(tmp_path: 
     ids = torch.tensor([expected_ids])
     with torch.no_grad():
         assert max_diff(load_model(str(final)).model(ids).logits, stock(input_ids=ids).logits) <= TOLERANCE
+
+
+# ---------------------------------------------------------------------------------------------
+# multiple choice: ElectraForMultipleChoice (its sequence summary: dense + GELU on [CLS]) and MPNetForMultipleChoice
+# (the encoder's tanh pooler), as BertforgeForMultipleChoice with gelu_pooler / pooler
+
+CHOICES = 3
+
+
+def choice_batch(family: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two questions of CHOICES candidates each, [questions, choices, length] padded, from the family's batch rows."""
+    ids, mask = padded_batch(family)
+    lengths = [9, 4, 13, 6, 11, 2]
+    width = max(lengths)
+    ids = ids.repeat(2, 1)[:len(lengths), :width].reshape(2, CHOICES, width)
+    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long().reshape(2, CHOICES, width)
+    return torch.where(mask.bool(), ids, FAMILIES[family][2]["pad_token_id"]), mask
+
+
+def our_choice_logits(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    packed = unpad_inputs(ids.flatten(0, 1), mask.flatten(0, 1))
+    with torch.no_grad():
+        return model(input_ids=packed.input_ids, cu_seqlens=packed.cu_seqlens, max_seqlen=packed.max_seqlen,
+                     choice_counts=torch.full((ids.shape[0],), CHOICES)).logits
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_multiple_choice_imports_and_exports_with_the_stock_class_scores(tmp_path: Path, family: str) -> None:
+    import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
+
+    prefix = FAMILIES[family][1]
+    hf_model = tiny_hf_model(family, "ForMultipleChoice")
+    ours = from_hf(hf_model).eval()
+    assert type(ours).__name__ == "BertforgeForMultipleChoice"
+    ids, mask = choice_batch(family)
+    with torch.no_grad():
+        expected = hf_model(input_ids=ids, attention_mask=mask).logits
+    assert max_diff(our_choice_logits(ours, ids, mask), expected) <= TOLERANCE
+    result = export_hf(ours, None, tmp_path / "export")
+    assert (result.format, result.architecture) == ("transformers", f"{prefix}ForMultipleChoice")
+    reloaded, loading = transformers.AutoModelForMultipleChoice.from_pretrained(
+        str(result.directory), output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    with torch.no_grad():
+        assert max_diff(reloaded.eval()(input_ids=ids, attention_mask=mask).logits, expected) <= TOLERANCE
+
+
+def test_an_electra_whose_sequence_summary_is_not_dense_gelu_on_cls_is_refused_in_one_line() -> None:
+    with pytest.raises(BertforgeError, match="summary_type/summary_use_proj/summary_activation") as error:
+        from_hf(tiny_hf_model("electra", "Model", summary_type="mean"))
+    assert "\n" not in str(error.value)

@@ -20,11 +20,13 @@ from typing import Any
 
 import transformers
 
+from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
 from bertforge.models.families.bert import config_from_hf as bert_config_from_hf
 from bertforge.models.families.bert import encoder_keys as bert_encoder_keys
 from bertforge.models.families.family import OUR_TO_HF_ACTIVATION, KeyPair, ModelFamily, fill
 
+SUMMARY = ("first", True, "gelu")  # ElectraSequenceSummary's defaults: what gelu_pooler computes
 PROJECTION: tuple[KeyPair, ...] = (("embeddings.project.{kind}", "embeddings_project.{kind}"),)
 HEADS: dict[str, tuple[KeyPair, ...]] = {
     "ElectraModel": (),
@@ -43,11 +45,17 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.classifier.bias", "classifier.out_proj.bias")),
     "ElectraForTokenClassification": (("classifier.weight", "classifier.weight"),
                                       ("classifier.bias", "classifier.bias")),
+    # its sequence summary with transformers' defaults (first token, projection, GELU) is gelu_pooler's dense
+    "ElectraForMultipleChoice": (
+        ("head.pooler.dense.weight", "sequence_summary.summary.weight"),
+        ("head.pooler.dense.bias", "sequence_summary.summary.bias"),
+        ("head.classifier.weight", "classifier.weight"),
+        ("head.classifier.bias", "classifier.bias")),
 }
 # ElectraModel first: it is the class a bare encoder exports as
 CLASSES = {"ElectraModel": "base", "ElectraForPreTraining": "base", "ElectraForMaskedLM": "pretraining",
            "ElectraForSequenceClassification": "classification",
-           "ElectraForTokenClassification": "token_classification"}
+           "ElectraForTokenClassification": "token_classification", "ElectraForMultipleChoice": "multiple_choice"}
 
 
 def unfit_reason(config: EncoderConfig) -> str:
@@ -77,14 +85,19 @@ def class_for(kind: str, model: Any) -> tuple[str | None, str]:
         return "ElectraForMaskedLM", ""
     if kind == "token_classification":
         return "ElectraForTokenClassification", ""
+    hf_class = "ElectraForMultipleChoice" if kind == "multiple_choice" else "ElectraForSequenceClassification"
     if model.config.pooling != "gelu_pooler":
-        return None, (f"HF ElectraForSequenceClassification always uses dense+GELU on [CLS] (pooling=gelu_pooler), "
+        return None, (f"HF {hf_class} always uses dense+GELU on [CLS] (pooling=gelu_pooler), "
                       f"not pooling={model.config.pooling}")
-    return "ElectraForSequenceClassification", ""
+    return hf_class, ""
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
     """BERT's mapping, plus the embeddings' width, ELECTRA's classifier head and its model_type."""
+    summary = (hf.summary_type, hf.summary_use_proj, hf.summary_activation)
+    if summary != SUMMARY:  # ElectraForMultipleChoice's head; the other classes never read these keys
+        raise BertforgeError(f"{source}: summary_type/summary_use_proj/summary_activation are {summary}; bertforge "
+                             f"imports ELECTRA checkpoints with transformers' defaults {SUMMARY} (dense+GELU on [CLS])")
     embedding_size = hf.embedding_size if hf.embedding_size != hf.hidden_size else None
     return dataclasses.replace(bert_config_from_hf(hf, source), embedding_size=embedding_size,
                                pooling="gelu_pooler", hf_model_type="electra")
@@ -99,7 +112,8 @@ def config_to_hf(config: EncoderConfig, common: dict[str, object],
         hidden_dropout_prob=config.hidden_dropout, attention_probs_dropout_prob=config.attention_dropout,
         max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
         layer_norm_eps=config.norm_eps, initializer_range=config.initializer_range,
-        classifier_dropout=config.classifier_dropout, **common)
+        classifier_dropout=config.classifier_dropout,
+        summary_last_dropout=config.effective_classifier_dropout, **common)  # ElectraForMultipleChoice's dropout
 
 
 def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:

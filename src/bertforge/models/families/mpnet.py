@@ -54,11 +54,17 @@ LAYER: tuple[KeyPair, ...] = (
 )
 POOLER: tuple[KeyPair, ...] = (("pooler.dense.weight", "pooler.dense.weight"),
                                ("pooler.dense.bias", "pooler.dense.bias"))
-HEADS: dict[str, tuple[KeyPair, ...]] = {"MPNetModel": (), "MPNetForMaskedLM": MLM_HEAD,
-                                         "MPNetForSequenceClassification": SEQUENCE_HEAD,
-                                         "MPNetForTokenClassification": TOKEN_HEAD}
+HEADS: dict[str, tuple[KeyPair, ...]] = {
+    "MPNetModel": (), "MPNetForMaskedLM": MLM_HEAD, "MPNetForSequenceClassification": SEQUENCE_HEAD,
+    "MPNetForTokenClassification": TOKEN_HEAD,
+    # BERT's way: the encoder's tanh pooler, dropout, one score per choice
+    "MPNetForMultipleChoice": (("head.pooler.dense.weight", "mpnet.pooler.dense.weight"),
+                               ("head.pooler.dense.bias", "mpnet.pooler.dense.bias"),
+                               ("head.classifier.weight", "classifier.weight"),
+                               ("head.classifier.bias", "classifier.bias"))}
 CLASSES = {"MPNetModel": "base", "MPNetForMaskedLM": "pretraining",
-           "MPNetForSequenceClassification": "classification", "MPNetForTokenClassification": "token_classification"}
+           "MPNetForSequenceClassification": "classification", "MPNetForTokenClassification": "token_classification",
+           "MPNetForMultipleChoice": "multiple_choice"}
 
 
 def unfit_reason(config: EncoderConfig) -> str:
@@ -88,10 +94,10 @@ def class_for(kind: str, model: Any) -> tuple[str | None, str]:
         return "MPNetForMaskedLM", ""
     if kind == "token_classification":
         return "MPNetForTokenClassification", ""
+    hf_class = "MPNetForMultipleChoice" if kind == "multiple_choice" else "MPNetForSequenceClassification"
     if model.config.pooling != "pooler":
-        return None, (f"HF MPNetForSequenceClassification always uses dense+tanh on <s>, not "
-                      f"pooling={model.config.pooling}")
-    return "MPNetForSequenceClassification", ""
+        return None, f"HF {hf_class} always uses dense+tanh on <s>, not pooling={model.config.pooling}"
+    return hf_class, ""
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
