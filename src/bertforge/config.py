@@ -81,7 +81,7 @@ class RunSection:
 
 @dataclass
 class ModelSection:
-    preset: str = "bert-tiny"  # a named architecture (bert-tiny ... bert-large, mosaic-bert-base, modernbert-base, crammed-bert)
+    preset: str = "bert-tiny"  # a named architecture (bert-tiny ... bert-large, mosaic-bert-base, modernbert-base, crammed-bert, roberta-base, roberta-tiny)
     init_from: str | None = None  # a bertforge checkpoint / run dir or any Hugging Face BERT directory to start from
     tokenizer: str | None = None  # tokenizer directory (HF format); defaults to the one of the data or of init_from
     vocab_size: int | None = None  # overrides the preset; by default taken from the tokenizer, padded to x64
