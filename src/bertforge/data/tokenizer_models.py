@@ -83,13 +83,14 @@ def train_subword(texts: Iterable[str], model: TokenizerModel, *, vocab_size: in
         raise DataError("the inputs hold no text to train a tokenizer on; check --input and --text-field")
     unused = [UNUSED_TOKEN.format(n) for n in range(padded_vocab_size(trained) - trained)]
     data = json.loads(tokenizer.to_str())
+    cls, sep = model.roles["cls"], model.roles["sep"]
     if model.name == "bpe":
         vocab = data["model"]["vocab"]
         for token in unused:
             vocab[token] = len(vocab)  # no merge leads to them: never produced from text
         tokenizer.model = models.BPE(vocab, [tuple(pair.split(" ", 1)) if isinstance(pair, str) else tuple(pair)
                                              for pair in data["model"]["merges"]])
-        tokenizer.post_processor = processors.RobertaProcessing(("</s>", vocab["</s>"]), ("<s>", vocab["<s>"]),
+        tokenizer.post_processor = processors.RobertaProcessing((sep, vocab[sep]), (cls, vocab[cls]),
                                                                 trim_offsets=True, add_prefix_space=False)
     else:
         specials = [(piece, 0.0) for piece, _ in data["model"]["vocab"][:len(model.specials)]]
@@ -98,12 +99,12 @@ def train_subword(texts: Iterable[str], model: TokenizerModel, *, vocab_size: in
         learned.sort(key=lambda item: (-item[1], item[0]))  # equal scores in one order, every run
         worst = min((score for _, score in learned), default=0.0)
         pieces = specials + learned + [(token, worst - UNUSED_SCORE_BELOW) for token in unused]
-        tokenizer.model = models.Unigram(pieces, unk_id=model.specials.index("<unk>"), byte_fallback=False)
+        tokenizer.model = models.Unigram(pieces, unk_id=model.specials.index(model.roles["unk"]), byte_fallback=False)
         tokenizer.post_processor = processors.TemplateProcessing(
-            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
-            special_tokens=[("<s>", model.specials.index("<s>")), ("</s>", model.specials.index("</s>"))])
-    # specials as RoBERTa's and XLM-R's are declared: <mask> swallows the space before it
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False, lstrip=token == "<mask>")
+            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} {sep} $B {sep}",
+            special_tokens=[(cls, model.specials.index(cls)), (sep, model.specials.index(sep))])
+    # specials as RoBERTa's and XLM-R's are declared: the mask token swallows the space before it
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False, lstrip=token == model.roles["mask"])
                                   for token in model.specials])
     return tokenizer
 
