@@ -244,8 +244,9 @@ def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) ->
     _require_onnx()
     import onnxruntime
 
-    from bertforge.models.hf import special_token_ids, to_hf_model
+    from bertforge.models.hf import to_hf_model
     from bertforge.models.serialization import copy_tokenizer_files, write_directory_atomically
+    from bertforge.special_tokens import special_token_ids
 
     model = loaded.model.eval()
     hf_model = to_hf_model(model, special_token_ids(loaded.tokenizer_dir)).eval()

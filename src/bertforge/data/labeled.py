@@ -68,7 +68,7 @@ def bert_tokenizer(tokenizer: Tokenizer | str | Path, max_length: int) -> Tokeni
 def special_token_roles(tokenizer: Tokenizer, directory: Path | None = None) -> dict[str, str]:
     """cls/sep/pad (and mask, where it has one) -> the tokenizer's token: as its directory's
     special_tokens_map.json names them, else BERT's or RoBERTa's, whichever its vocabulary holds."""
-    from bertforge.data.tokenizer import special_tokens_of
+    from bertforge.special_tokens import special_tokens_of
 
     special = special_tokens_of(directory, tokenizer)
     for role in ("cls", "sep", "pad"):

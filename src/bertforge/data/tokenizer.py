@@ -36,16 +36,13 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from bertforge.console import log, setup_logging, verbosity
 from bertforge.errors import BertforgeError, DataError, first_line
 from bertforge.size_limits import check_vocab_size
+from bertforge.special_tokens import ROLES, SPECIAL_TOKENS, special_tokens_of
 
 if TYPE_CHECKING:
     from bertforge.data.sources import Source
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 VOCAB_MULTIPLE = 64
 UNUSED_TOKEN = "[unused{}]"
-_ROLES = ("pad", "unk", "cls", "sep", "mask")
-_BERT_DEFAULTS = dict(zip(_ROLES, SPECIAL_TOKENS, strict=True))
-_ROBERTA_DEFAULTS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}
 
 
 def padded_vocab_size(size: int) -> int:
@@ -286,33 +283,9 @@ def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def special_tokens_of(directory: Path | None, tokenizer: Tokenizer) -> dict[str, str]:
-    """Role (pad/unk/cls/sep/mask) -> token, as the directory's special_tokens_map.json / tokenizer_config.json
-    name them; a role they leave out takes BERT's token, or RoBERTa's (`<s>`, `</s>`, `<pad>`, `<unk>`,
-    `<mask>`) when the vocabulary has that one instead. Roles with neither in the vocabulary are left out."""
-    found: dict[str, str] = {}
-    for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        path = directory / name if directory is not None else None
-        if path is None or not path.is_file():
-            continue
-        data = json.loads(path.read_text(encoding="utf-8"))
-        for role in _ROLES:
-            value = data.get(f"{role}_token")
-            if isinstance(value, dict):
-                value = value.get("content")
-            if isinstance(value, str) and role not in found:
-                found[role] = value
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    for role in _ROLES:
-        if role not in found:
-            found[role] = next((defaults[role] for defaults in (_BERT_DEFAULTS, _ROBERTA_DEFAULTS)
-                                if defaults[role] in vocab), _BERT_DEFAULTS[role])
-    return {role: token for role, token in found.items() if token in vocab}
-
-
 def _special_tokens_of(directory: Path, tokenizer: Tokenizer) -> dict[str, str]:
     found = special_tokens_of(directory, tokenizer)
-    for role in _ROLES:
+    for role in ROLES:
         if role not in found:
             raise DataError(f"tokenizer {directory}: it has no {role} token; give a tokenizer with BERT's [PAD] [UNK] "
                             "[CLS] [SEP] [MASK] or RoBERTa's <pad> <unk> <s> </s> <mask> (or the tokens named in its "

@@ -45,6 +45,7 @@ from bertforge.models.serialization import (
 )
 from bertforge.models.token_classification import BertforgeForTokenClassification
 from bertforge.size_limits import check_model_fits
+from bertforge.special_tokens import special_token_ids
 
 BertforgeAny = (BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
                 | BertforgeForTokenClassification | BertforgeForEmbedding)
@@ -326,29 +327,6 @@ class ExportResult:
     format: str  # "transformers" | "bertforge"
     architecture: str  # the HF class, or our model class for the bertforge format
     message: str
-
-
-def special_token_ids(tokenizer_dir: str | Path | None) -> dict[str, int]:
-    """pad/cls/sep/mask ids of a tokenizer directory (tokenizer.json, or BERT's vocab.txt), by role: the tokens its
-    special_tokens_map.json names, else BERT's ([PAD] [CLS] [SEP] [MASK]) or RoBERTa's (<pad> <s> </s> <mask>)."""
-    if tokenizer_dir is None:
-        return {}
-    from tokenizers import Tokenizer
-
-    from bertforge.data.tokenizer import special_tokens_of
-
-    directory = Path(tokenizer_dir)
-    if (directory / "tokenizer.json").is_file():
-        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    elif (directory / "vocab.txt").is_file():
-        from tokenizers.models import WordPiece
-
-        lines = (directory / "vocab.txt").read_text(encoding="utf-8").splitlines()
-        tokenizer = Tokenizer(WordPiece({token: index for index, token in enumerate(lines)}))
-    else:
-        return {}
-    roles = special_tokens_of(directory, tokenizer)
-    return {role: tokenizer.token_to_id(token) for role, token in roles.items() if role in ("pad", "cls", "sep", "mask")}
 
 
 def to_hf_model(model: BertforgeAny, special_tokens: dict[str, int] | None = None) -> nn.Module:

@@ -116,12 +116,13 @@ def export_sentence_transformers(model: BertforgeForEmbedding, tokenizer_dir: st
     custom code; an encoder without a stock `transformers` class is written in bertforge's format instead.
     `max_seq_length` (default: the model's position limit, at most 512) is where both truncate."""
     from bertforge.models.families import family_of_class
-    from bertforge.models.hf import ExportResult, hf_class_name, special_token_ids, to_hf_model
+    from bertforge.models.hf import ExportResult, hf_class_name, to_hf_model
     from bertforge.models.serialization import (
         copy_tokenizer_files,
         save_bertforge_model,
         write_directory_atomically,
     )
+    from bertforge.special_tokens import special_token_ids
 
     out_dir = Path(out_dir)
     config = model.config
