@@ -12,7 +12,7 @@ import yaml
 
 import bertforge.plotting
 from bertforge.export import is_earlier_export
-from bertforge.locate import complete_checkpoints
+from bertforge.run_directory import RunDirectory
 from tests.helpers import tiny_pretraining
 from tests.helpers.finetuning import QUIET_RUN, TINY_MODEL, finetune, minilm_dir, run_cli, supersense_files
 
@@ -72,7 +72,7 @@ def test_plots_are_written_at_the_end_of_the_run(lean_run: Path) -> None:
 
 
 def test_without_optimizer_state_the_checkpoints_keep_only_their_models(lean_run: Path) -> None:
-    checkpoints = complete_checkpoints(lean_run / "checkpoints")
+    checkpoints = RunDirectory(lean_run).complete_checkpoints()
     assert checkpoints
     for checkpoint in checkpoints:
         names = {path.name for path in checkpoint.iterdir()}

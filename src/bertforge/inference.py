@@ -102,9 +102,9 @@ def load_model(reference: str | Path) -> LoadedModel:
     max_length = min(DEFAULT_MAX_LENGTH, limit)
     run_settings = None
     if location.run_dir is not None:
-        from bertforge.config import load_run_config
+        from bertforge.run_directory import RunDirectory
 
-        run_settings = load_run_config(location.run_dir / "config.yaml").finetune
+        run_settings = RunDirectory(location.run_dir).load_config().finetune
         max_length = min(run_settings.max_length, limit)
     return LoadedModel(model, location, tokenizer_dir_for(location), max_length, run_settings)
 

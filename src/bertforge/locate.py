@@ -22,12 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from bertforge.errors import BertforgeError
+from bertforge.run_directory import CHECKPOINT_MODEL, RunDirectory, checkpoint_model, is_checkpoint
 from bertforge.storage import is_remote
 
-RUN_CONFIG = "config.yaml"
-CHECKPOINT_META = "meta.json"
-CHECKPOINT_MODEL = "model"  # the model directory inside a checkpoint
-LEGACY_CHECKPOINT_WEIGHTS = "model.pt"  # a bare state dict: user tasks without `save_model`, earlier bertforge
 TOKENIZER_MARKERS = ("tokenizer.json", "vocab.txt")
 BUNDLED_PREFIX = "bundled:"
 BUNDLED_DATA = ("supersense/train", "supersense/validation", "supersense/test")
@@ -127,17 +124,6 @@ def model_format(path: Path) -> str | None:
     return "hf" if (path / "config.json").is_file() else None
 
 
-def _run_of(path: Path, levels: int) -> Path | None:
-    """The run directory `levels` above `path` (final/ is 1 below its run, a checkpoint's model/ 3), if any."""
-    parents = path.resolve().parents
-    candidate = parents[levels - 1] if len(parents) >= levels else None
-    return candidate if candidate is not None and (candidate / RUN_CONFIG).is_file() else None
-
-
-CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
-LATEST_MARKER, BEST_MARKER = "latest", "best"
-
-
 def is_relative_inside(name: str) -> bool:
     """Whether `name` (from a manifest or marker a file wrote) is a relative path that stays below its
     directory: no absolute path, no `..`, no empty part. What a run directory or dataset names is read
@@ -146,57 +132,26 @@ def is_relative_inside(name: str) -> bool:
     return bool(parts) and not PurePosixPath(name).is_absolute() and all(p not in ("", ".", "..") for p in parts)
 
 
-def complete_checkpoints(checkpoints: Path) -> list[Path]:
-    """The complete checkpoints (`step-N/` with its meta.json) of a `checkpoints/` directory, oldest first."""
-    if not checkpoints.is_dir():
-        return []
-    return sorted(p for p in checkpoints.iterdir() if CHECKPOINT_NAME.match(p.name) and (p / CHECKPOINT_META).is_file())
-
-
-def checkpoint_named_by(checkpoints: Path, marker: str) -> Path | None:
-    """The complete checkpoint the `latest` or `best` marker of `checkpoints/` names, if it names one there.
-
-    A marker holds a bare `step-N` name, never a path: anything else (`../../other/checkpoints/step-N`),
-    or a name whose directory resolves outside `checkpoints/` (a symlink), is ignored."""
-    path = checkpoints / marker
-    if not path.is_file():
-        return None
-    name = path.read_text(encoding="utf-8").strip()
-    if not CHECKPOINT_NAME.match(name):
-        return None
-    candidate = checkpoints / name
-    if candidate.resolve().parent != checkpoints.resolve() or not (candidate / CHECKPOINT_META).is_file():
-        return None
-    return candidate
-
-
-def latest_checkpoint(checkpoints: Path) -> Path | None:
-    """The checkpoint named by `latest`, or else the newest complete one."""
-    named = checkpoint_named_by(checkpoints, LATEST_MARKER)
-    if named is not None:
-        return named
-    complete = complete_checkpoints(checkpoints)
-    return complete[-1] if complete else None
-
-
 def resolve_model(reference: str | Path) -> ModelLocation:
     """The model directory `reference` names; one clear error listing the shapes when it names none."""
     path = resolve_model_path(reference)
     if not path.exists():
         raise BertforgeError(f"model {str(reference)!r}: no such file or directory; give {MODEL_SHAPES}")
     found = model_format(path)
-    if found is not None:  # final/ is 1 level below its run, a checkpoint's model/ 3
-        return ModelLocation(path, found, _run_of(path, 1) or _run_of(path, 3))
-    if (path / CHECKPOINT_META).is_file():
-        if model_format(path / CHECKPOINT_MODEL) is not None:
-            return resolve_model(path / CHECKPOINT_MODEL)
+    if found is not None:
+        run = RunDirectory.of_model(path)
+        return ModelLocation(path, found, run.root if run is not None else None)
+    if is_checkpoint(path):
+        if model_format(checkpoint_model(path)) is not None:
+            return resolve_model(checkpoint_model(path))
         raise BertforgeError(f"{path} is a checkpoint without a model directory ({CHECKPOINT_MODEL}/): its task saves "
                              "only a state dict (a user Task without `save_model`, or an earlier bertforge); use the "
                              "run's final/ directory, or resume the run with this bertforge to write new checkpoints")
-    if (path / RUN_CONFIG).is_file():
-        if (path / "final").is_dir():
-            return resolve_model(path / "final")
-        latest = latest_checkpoint(path / "checkpoints")
+    run = RunDirectory(path)
+    if run.is_run():
+        if run.final.is_dir():
+            return resolve_model(run.final)
+        latest = run.latest_checkpoint()
         if latest is not None:
             from bertforge.console import log
 
@@ -216,13 +171,12 @@ def has_tokenizer(directory: Path) -> bool:
 
 def tokenizer_dir_of_run(run_dir: Path) -> Path | None:
     """The tokenizer a run used: `model.tokenizer`, its final/, its prepared data's copy, or its init_from's."""
-    from bertforge.config import load_run_config
-
-    config = load_run_config(run_dir / RUN_CONFIG)
+    run = RunDirectory(run_dir)
+    config = run.load_config()
     candidates: list[Path] = []
     if config.model.tokenizer:
         candidates.append(resolve_model_path(config.model.tokenizer))
-    candidates.append(run_dir / "final")
+    candidates.append(run.final)
     if config.data.path and "://" not in config.data.path:
         candidates.append(Path(config.data.path) / "tokenizer")
     for candidate in candidates:

@@ -20,8 +20,9 @@ from typing import Any
 
 import yaml
 
-from bertforge.config import Config, load_run_config
+from bertforge.config import Config
 from bertforge.locate import HUB_NAME, PACKAGED_MODELS, model_format
+from bertforge.run_directory import RunDirectory, evaluation_file_names
 
 CARD_NAME = "README.md"
 # packaged models are copies of these Hub models
@@ -82,8 +83,9 @@ def write_model_card(model_dir: Path, *, run_dir: Path | None, config: Config | 
 
 def gather_facts(model_dir: Path, *, run_dir: Path | None, config: Config | None, command: str | None,
                  exported_from: str | None) -> CardFacts:
-    if config is None and run_dir is not None and (run_dir / "config.yaml").is_file():
-        config = load_run_config(run_dir / "config.yaml")
+    run = RunDirectory(run_dir) if run_dir is not None else None
+    if config is None and run is not None and run.is_run():
+        config = run.load_config()
     library, pipeline_tag, task = model_kind(model_dir)
     facts = CardFacts(name=run_dir.name if run_dir is not None else model_dir.name, library=library,
                       pipeline_tag=pipeline_tag, task=task, command=command, exported_from=exported_from)
@@ -92,10 +94,10 @@ def gather_facts(model_dir: Path, *, run_dir: Path | None, config: Config | None
         _describe_data(facts, config)
     elif exported_from is not None:  # a model no bertforge run made (a Hub or packaged model): it is the base
         _describe_base(facts, exported_from, None)
-    if run_dir is not None:
-        facts.results = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(run_dir.glob("*_results.json"))]
+    if run is not None:
+        facts.results = [json.loads(path.read_text(encoding="utf-8")) for path in run.results_files()]
         if not facts.results:
-            facts.last_validation = _last_validation(run_dir)
+            facts.last_validation = _last_validation(run)
     return facts
 
 
@@ -160,7 +162,7 @@ def _language_of_hub_model(reference: str) -> list[str]:
 
 
 def _card_of_local_model(path: Path) -> dict[str, Any] | None:
-    for candidate in (path / CARD_NAME, path / "final" / CARD_NAME):
+    for candidate in (path / CARD_NAME, RunDirectory(path).final / CARD_NAME):
         front = _front_matter(candidate)
         if front is not None:
             return front
@@ -211,8 +213,8 @@ def _is_bundled_file(reference: str) -> bool:
         return False
 
 
-def _last_validation(run_dir: Path) -> dict[str, Any] | None:
-    metrics = run_dir / "metrics.jsonl"
+def _last_validation(run: RunDirectory) -> dict[str, Any] | None:
+    metrics = run.metrics_file
     if not metrics.is_file():
         return None
     last = None
@@ -303,7 +305,7 @@ def metrics_lines(facts: CardFacts) -> list[str]:
         lines.append(f"| {split} | {'—' if examples is None else f'{int(examples):,}'} | " + " | ".join(values) + " |")
     checkpoints = {checkpoint_words(report.get("checkpoint")) for report in facts.results}
     lines += ["", f"Scored with the weights `final/` holds: {'; '.join(sorted(checkpoints))}."]
-    sources = sorted({f"`{report['split']}_results.json`" for report in facts.results})
+    sources = sorted({f"`{evaluation_file_names(report['split'])[0]}`" for report in facts.results})
     lines += ["", f"From {', '.join(sources)} in the run directory, each on its split's file (`source` there)."]
     return lines
 
@@ -327,7 +329,7 @@ def mask_token(model_dir: Path) -> str:
         return "[MASK]"
     from tokenizers import Tokenizer
 
-    from bertforge.data.tokenizer import special_tokens_of
+    from bertforge.special_tokens import special_tokens_of
 
     return special_tokens_of(model_dir, Tokenizer.from_file(str(model_dir / "tokenizer.json"))).get("mask", "[MASK]")
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from bertforge.console import log
 from bertforge.directory_lock import LOCK_NAME
 from bertforge.errors import BertforgeError
+from bertforge.run_directory import is_run_listing
 from bertforge.storage import filesystem, is_remote, storage_errors, with_retries
 
 LEDGER_NAME = ".bertforge-outputs.json"
@@ -414,9 +415,7 @@ def claim_run_directory(run_dir: str | Path, command: str, *, record: bool = Tru
     if owner is not None and owner not in TRAINING_COMMANDS:
         raise BertforgeError(f"{flag} {run_dir} holds the output of `bertforge {owner}`, not a run; choose another "
                              "run.name or run.output_dir")
-    # a run from before the ledger: the trainer writes its config first, beside its lock or metrics (a user's
-    # project directory holding a config.yaml of its own is not a run)
-    earlier_run = "config.yaml" in names and bool({LOCK_NAME, "metrics.jsonl", "checkpoints"} & set(contents[0]))
+    earlier_run = is_run_listing(contents[0])  # a run from before the ledger
     if owner is None and names and not earlier_run:
         raise BertforgeError(f"{flag} {run_dir} is not empty and is not a run directory (it holds "
                              f"{_listed(names, contents[1])}); bertforge never writes into a directory of files it "

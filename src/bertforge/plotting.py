@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bertforge.errors import BertforgeError
+from bertforge.run_directory import METRICS_FILE, RunDirectory
 
 # what is worth a picture, in the order users look at them
 PLOTTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "accuracy", "f1_macro", "matthews", "pearson",
@@ -30,9 +31,9 @@ def read_metrics(path: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
 
 
 def run_metrics(run_dir: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    metrics_file = run_dir / "metrics.jsonl"
+    metrics_file = RunDirectory(run_dir).metrics_file
     if not metrics_file.is_file():
-        raise BertforgeError(f"{run_dir} has no metrics.jsonl; give a run directory written by bertforge")
+        raise BertforgeError(f"{run_dir} has no {METRICS_FILE}; give a run directory written by bertforge")
     return read_metrics(metrics_file)
 
 
@@ -48,7 +49,7 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir = out_dir or run_dir / "plots"
+    out_dir = out_dir or RunDirectory(run_dir).plots
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for metric in (m for m in PLOTTED if m in series):

@@ -21,6 +21,7 @@ from rich.table import Table
 from bertforge.config import Config, finetune_defaults, load_config
 from bertforge.console import console, log, stdout_console
 from bertforge.data.bundled import corpus_path, supersense_labels, supersense_lines
+from bertforge.run_directory import RunDirectory
 
 CONFIGS = Path(__file__).resolve().parent / "recipes"
 
@@ -123,7 +124,7 @@ def _finetune(config: Config) -> tuple[float, Path]:
     # all 45 supersenses, whether or not the subset's train rows happen to contain each one
     config.finetune.labels = supersense_labels()
     result = finished(Trainer(config, ClassificationTask(config)).fit())
-    results = json.loads((result.run_dir / "test_results.json").read_text(encoding="utf-8"))
+    results = json.loads(RunDirectory(result.run_dir).results_file("test").read_text(encoding="utf-8"))
     return float(results["metrics"]["accuracy"]), result.run_dir
 
 

@@ -95,15 +95,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluation_file_names(split: str) -> tuple[str, str, str]:
-    """What `tasks.evaluation.write_evaluation` writes for `split`: results, report, confusion matrix (classes)."""
-    return f"{split}_results.json", f"{split}_report.md", f"{split}_confusion_matrix.png"
-
-
 def claim_report_files(out_dir: str, split: str, overwrite: bool, sources: list[tuple[str, str]]) -> None:
     """The report files `evaluate` may write into `out_dir` (its directory may hold other files)."""
 
     from bertforge.output_guard import claim_file, output_directory
+    from bertforge.run_directory import evaluation_file_names
 
     directory = output_directory(out_dir, "--out-dir")
     results = directory / evaluation_file_names(split)[0]

@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.config import finetune_defaults
     from bertforge.console import quiet_transformers, stdout_console
+    from bertforge.run_directory import RunDirectory
     from bertforge.train.trainer import Trainer
 
     config = resolve_config(args, base=finetune_defaults())
@@ -52,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
     result = Trainer(config, finetune_task(config)).fit()
     if result.stopped_by == "signal" or int(os.environ.get("RANK", "0")) != 0:  # one summary under torchrun
         return result.exit_code
-    for path in sorted(result.run_dir.glob("*_results.json")):
+    run = RunDirectory(result.run_dir)
+    for path in run.results_files():
         report = json.loads(path.read_text(encoding="utf-8"))
         shown = "  ".join(f"{k} {v:.4f}" for k, v in report["metrics"].items() if k != "examples")
         stdout_console.print(f"{report['split']}: {shown}", markup=False)
-    stdout_console.print(f"run directory: {result.run_dir}  (final model: {result.run_dir / 'final'})", markup=False)
+    stdout_console.print(f"run directory: {run.root}  (final model: {run.final})", markup=False)
     return 0
 
 

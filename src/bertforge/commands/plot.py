@@ -24,16 +24,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.output_guard import claim_file, output_directory
     from bertforge.plotting import plot_names, plot_run, run_metrics
+    from bertforge.run_directory import RunDirectory
 
-    run_dir = Path(args.run_dir)
-    out_dir = output_directory(args.out, "--out") if args.out else run_dir / "plots"
+    run = RunDirectory(Path(args.run_dir))
+    out_dir = output_directory(args.out, "--out") if args.out else run.plots
     # a run's own plots/ is derived from its metrics (the trainer draws it at the end of every run): redrawing
     # it is what the command is for; a directory of the user's choosing keeps the --overwrite rule
     redraw = args.overwrite or args.out is None
-    for name in plot_names(run_metrics(run_dir)):
+    for name in plot_names(run_metrics(run.root)):
         claim_file(out_dir / name, command="plot", flag="--out", what="plot", overwrite=redraw,
-                   sources=[(run_dir / "metrics.jsonl", "the run's metrics.jsonl")], recognise=is_png)
-    written = plot_run(run_dir, out_dir)
+                   sources=[(run.metrics_file, f"the run's {run.metrics_file.name}")], recognise=is_png)
+    written = plot_run(run.root, out_dir)
     for path in written:
         stdout_console.print(str(path))
     return 0

@@ -22,6 +22,7 @@ from torch import nn
 from bertforge.batch import model_inputs
 from bertforge.data.labeled import LabeledDataset, collate_unpadded
 from bertforge.errors import BertforgeError
+from bertforge.run_directory import evaluation_file_names
 from bertforge.tasks.metrics import (
     ClassReport,
     compute_metrics,
@@ -155,15 +156,16 @@ def write_evaluation(report: EvaluationReport, directory: str | Path) -> list[Pa
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in ((f"{report.split}_results.json", json.dumps(report.to_json(), indent=2) + "\n"),
-                       (f"{report.split}_report.md", report_markdown(report))):
+    results_name, report_name, confusion_name = evaluation_file_names(report.split)
+    for name, text in ((results_name, json.dumps(report.to_json(), indent=2) + "\n"),
+                       (report_name, report_markdown(report))):
         partial = directory / f".{name}.partial"
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, directory / name)
         written.append(directory / name)
     if report.confusion is not None:
         written.append(save_confusion_matrix_png(report.confusion, report.label_names,
-                                                 directory / f"{report.split}_confusion_matrix.png",
+                                                 directory / confusion_name,
                                                  title=f"{report.split} confusion matrix"))
     return written
 

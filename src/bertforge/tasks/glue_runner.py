@@ -36,6 +36,7 @@ from bertforge.console import log
 from bertforge.errors import BertforgeError, ConfigError, user_message
 from bertforge.output_guard import claim_run_directory
 from bertforge.processes import kill_with_parent_preexec
+from bertforge.run_directory import RunDirectory
 from bertforge.tasks.glue_tasks import (
     GLUE_TASKS,
     STAND_IN_FILE,
@@ -67,11 +68,12 @@ class GlueJob:
         return f"{self.task.title} seed {self.seed}"
 
     def finished(self) -> bool:
-        return all((self.run_dir / f"{split}_results.json").is_file() for split in self.task.eval_splits)
+        return all(RunDirectory(self.run_dir).results_file(split).is_file() for split in self.task.eval_splits)
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """{eval split: metrics} as `summarize_glue` takes them."""
-        return {split: json.loads((self.run_dir / f"{split}_results.json").read_text(encoding="utf-8"))["metrics"]
+        run = RunDirectory(self.run_dir)
+        return {split: json.loads(run.results_file(split).read_text(encoding="utf-8"))["metrics"]
                 for split in self.task.eval_splits}
 
 
@@ -98,7 +100,7 @@ def seeds_of(task: GlueTask, config: Config) -> tuple[int, ...]:
 
 
 def mnli_model(out_dir: Path) -> Path:
-    return out_dir / "mnli" / f"seed-{GLUE_TASKS['mnli'].seeds[0]}" / "final"
+    return RunDirectory(out_dir / "mnli" / f"seed-{GLUE_TASKS['mnli'].seeds[0]}").final
 
 
 def task_overrides(base: Config, task: GlueTask) -> list[str]:

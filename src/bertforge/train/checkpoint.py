@@ -17,7 +17,6 @@ optimizer state on rank 0). With `train.ema` the moving average of the weights i
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -33,23 +32,24 @@ from torch import nn
 from bertforge.console import log
 from bertforge.disk import DiskWriteError, disk_write
 from bertforge.errors import BertforgeError
-from bertforge.locate import (
+from bertforge.models.serialization import WEIGHTS_NAME, load_weights_into
+from bertforge.run_directory import (
     BEST_MARKER,
     CHECKPOINT_META,
-    CHECKPOINT_MODEL,
     LATEST_MARKER,
     LEGACY_CHECKPOINT_WEIGHTS,
-    checkpoint_named_by,
-    complete_checkpoints,
-    latest_checkpoint,
+    RunDirectory,
+    checkpoint_model,
+    checkpoint_name,
+    is_checkpoint,
+    read_checkpoint_meta,
+    write_checkpoint_meta,
 )
-from bertforge.models.serialization import WEIGHTS_NAME, load_weights_into
 from bertforge.train.averaging import EMA_FILE, WeightEMA
 from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
 from bertforge.train.safe_dcp import load_dcp
 from bertforge.train.state_files import STATE_SUFFIX, load_state, save_state, state_path
 
-META_FILE = CHECKPOINT_META
 OPTIMIZER_STATE, SCALER_STATE = "optimizer", "scaler"
 # what bertforge before the state files wrote: pickles, which can run code when read, so never read
 PICKLED_STATE_FILES = ("optimizer.pt", "scaler.pt", "rng-rank0.pt")
@@ -87,15 +87,6 @@ def _fsync_tree(directory: Path) -> None:
         os.close(descriptor)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
 def rng_state() -> dict[str, Any]:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -118,7 +109,8 @@ ModelWriter = Callable[[nn.Module, Path], None]
 class CheckpointManager:
     def __init__(self, run_dir: Path, env: DistEnv, keep_last: int, write_model: ModelWriter | None = None,
                  ema: WeightEMA | None = None) -> None:
-        self.directory = run_dir / "checkpoints"
+        self.run = RunDirectory(run_dir)
+        self.directory = self.run.checkpoints
         self.env, self.keep_last = env, keep_last
         self.write_model = write_model  # None: the model is saved as a plain state dict
         self.ema = ema  # the moving average of the weights (train.ema), saved and restored with them
@@ -126,15 +118,15 @@ class CheckpointManager:
     # --- discovery ------------------------------------------------------------------------------
 
     def complete_checkpoints(self) -> list[Path]:
-        return complete_checkpoints(self.directory)
+        return self.run.complete_checkpoints()
 
     def latest(self) -> Path | None:
         """The checkpoint named by `latest`, or else the newest complete one."""
-        return latest_checkpoint(self.directory)
+        return self.run.latest_checkpoint()
 
     def best(self) -> Path | None:
         """The checkpoint named by `best`, when it names one of this run's."""
-        return checkpoint_named_by(self.directory, BEST_MARKER)
+        return self.run.best_checkpoint()
 
     def resume_candidates(self) -> list[Path]:
         """Checkpoints to resume from, best first: `latest`, then every older complete one, newest first."""
@@ -146,7 +138,7 @@ class CheckpointManager:
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, state: TrainingState,
              *, best: bool = False) -> Path:
-        name = f"step-{state.step:08d}"
+        name = checkpoint_name(state.step)
         final = self.directory / name
         temporary = self.directory / f".tmp-{name}"
         if self.env.is_main:
@@ -163,9 +155,9 @@ class CheckpointManager:
             if final.exists():  # a rollback re-saves a step; replace it whole
                 shutil.rmtree(final)
             os.replace(temporary, final)
-            _write_atomically(self.directory / LATEST_MARKER, name)
+            self.run.mark(LATEST_MARKER, final)
             if best:
-                _write_atomically(self.directory / BEST_MARKER, name)
+                self.run.mark(BEST_MARKER, final)
             self._prune()
         barrier(self.env)
         return final
@@ -185,7 +177,7 @@ class CheckpointManager:
 
         def model_directory() -> None:  # under FSDP a collective gather, then rank 0 writes
             if self.write_model is not None:
-                self.write_model(model, temporary / CHECKPOINT_MODEL)
+                self.write_model(model, checkpoint_model(temporary))
 
         def tensors_and_rng() -> None:
             self._save_tensors(model, optimizer, temporary)
@@ -196,8 +188,7 @@ class CheckpointManager:
         def scaler_and_meta() -> None:
             if scaler is not None:
                 save_state(scaler.state_dict(), state_path(temporary, SCALER_STATE))
-            meta = asdict(state) | {"world_size": self.env.world_size}
-            (temporary / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            write_checkpoint_meta(temporary, asdict(state) | {"world_size": self.env.world_size})
             _fsync_tree(temporary)
 
         self._agree(self._attempt(model_directory, temporary))
@@ -273,9 +264,8 @@ class CheckpointManager:
     # --- load -----------------------------------------------------------------------------------
 
     def load(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, scaler: Any) -> TrainingState:
-        meta_path = path / META_FILE
-        if not meta_path.is_file():
-            raise BertforgeError(f"{path} is not a complete bertforge checkpoint (no {META_FILE}); "
+        if not is_checkpoint(path):
+            raise BertforgeError(f"{path} is not a complete bertforge checkpoint (no {CHECKPOINT_META}); "
                                  "pick another one or set run.resume=never")
         _refuse_pickled_state(path)
         if optimizer is not None and is_model_only(path):
@@ -283,7 +273,7 @@ class CheckpointManager:
                 f"{path} holds only its model: the run finished with train.keep_optimizer_state=false, which dropped "
                 "the optimizer and RNG state a resume needs. To train further, start a new run (another run.name) "
                 f"from its weights with model.init_from={path.parent.parent}")
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        meta = read_checkpoint_meta(path)
         saved_world = meta.pop("world_size", 1)
         if (path / "dcp").is_dir():
             from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -327,7 +317,7 @@ class CheckpointManager:
 
 
 def _holds_model(checkpoint: Path) -> bool:
-    return (checkpoint / CHECKPOINT_MODEL / WEIGHTS_NAME).is_file() or (checkpoint / LEGACY_CHECKPOINT_WEIGHTS).is_file()
+    return (checkpoint_model(checkpoint) / WEIGHTS_NAME).is_file() or (checkpoint / LEGACY_CHECKPOINT_WEIGHTS).is_file()
 
 
 def is_model_only(checkpoint: Path) -> bool:
@@ -349,7 +339,7 @@ def _refuse_pickled_state(checkpoint: Path) -> None:
         return
     pickled = [name for name in PICKLED_STATE_FILES if (checkpoint / name).is_file()]
     if pickled:
-        weights = checkpoint / CHECKPOINT_MODEL if (checkpoint / CHECKPOINT_MODEL).is_dir() else checkpoint.parent.parent
+        weights = checkpoint_model(checkpoint) if checkpoint_model(checkpoint).is_dir() else checkpoint.parent.parent
         raise BertforgeError(
             f"{checkpoint} was written by an earlier bertforge: its optimizer and RNG state are pickles "
             f"({', '.join(pickled)}), which can run code when read, so bertforge no longer resumes from it. Start a "
@@ -359,8 +349,8 @@ def _refuse_pickled_state(checkpoint: Path) -> None:
 
 def _load_model_weights(checkpoint: Path, model: nn.Module) -> None:
     """The weights of a checkpoint's model directory, or of its plain state dict."""
-    if (checkpoint / CHECKPOINT_MODEL / WEIGHTS_NAME).is_file():
-        load_weights_into(unwrap(model), checkpoint / CHECKPOINT_MODEL)
+    if (checkpoint_model(checkpoint) / WEIGHTS_NAME).is_file():
+        load_weights_into(unwrap(model), checkpoint_model(checkpoint))
     else:
         state = torch.load(checkpoint / LEGACY_CHECKPOINT_WEIGHTS, map_location="cpu", weights_only=True)
         unwrap(model).load_state_dict(state)

@@ -23,13 +23,14 @@ from rich.progress import (
 from bertforge.config import Config, config_to_yaml
 from bertforge.console import console, log, progress_enabled
 from bertforge.errors import ConfigError, first_line
+from bertforge.run_directory import CONFIG_FILE, RunDirectory
 
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, config: Config, enabled: bool) -> None:
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
-        self.tensorboard_dir = run_dir / "tensorboard"
+        self.path = RunDirectory(run_dir).metrics_file
+        self.tensorboard_dir = RunDirectory(run_dir).tensorboard
         self._tensorboard = self._wandb = self._mlflow = None
         if not enabled:
             return
@@ -57,7 +58,7 @@ class MetricsLogger:
 
                 mlflow.set_experiment(config.log.mlflow_experiment)
                 self._mlflow = mlflow.start_run(run_name=config.run.name)
-                mlflow.log_text(config_to_yaml(config), "config.yaml")
+                mlflow.log_text(config_to_yaml(config), CONFIG_FILE)
             except ImportError:
                 log.warning("log.mlflow_experiment is set but mlflow is not installed (pip install mlflow); skipping")
             except Exception as error:

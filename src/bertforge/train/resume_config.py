@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from bertforge.config import Config, config_to_yaml, read_yaml, upgrade_saved_tree
 from bertforge.console import log
 from bertforge.errors import ConfigError
+from bertforge.run_directory import RunDirectory
 
 # keys (or whole sections, ending in ".") a resumed segment may change without breaking exact resume
 MAY_CHANGE = ("run.resume", "run.device", "run.output_dir", "optim.lr", "optim.clip_grad_norm",
@@ -59,8 +60,8 @@ def check_resumed_config(run_dir: Path, config: Config, *, write: bool) -> None:
     """Compare `config` with the run's saved segments; raise on a change that breaks exact resume
     (unless run.resume=force), log the others, and keep this segment's config when it differs.
     A run directory without `config.yaml` has nothing to compare with."""
-    segments = [run_dir / "config.yaml", *sorted(run_dir.glob("config-resume-*.yaml"),
-                                                 key=lambda p: int(p.stem.rsplit("-", 1)[1]))]
+    run = RunDirectory(run_dir)
+    segments = run.config_segments()
     if not segments[0].is_file():
         return
     saved = flatten(upgrade_saved_tree(read_yaml(segments[-1])))
@@ -72,7 +73,7 @@ def check_resumed_config(run_dir: Path, config: Config, *, write: bool) -> None:
     if breaking and config.run.resume != "force":
         raise ConfigError(f"resuming {run_dir} with a config that breaks exact resume ({_show(breaking)}); restore "
                           "those keys, start a new run.name, or set run.resume=force to continue anyway")
-    record = run_dir / f"config-resume-{len(segments)}.yaml"
+    record = run.resume_config_file(len(segments))
     (log.warning if breaking else log.info)(f"resumed with config changes ({_show(changes)}); recorded in {record.name}")
     if write:
         record.write_text(config_to_yaml(config), encoding="utf-8")

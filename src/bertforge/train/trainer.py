@@ -31,6 +31,7 @@ from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
 from bertforge.output_guard import claim_run_directory
+from bertforge.run_directory import RunDirectory, checkpoint_name, checkpoint_step
 from bertforge.train import distributed as D
 from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
@@ -106,6 +107,7 @@ class Trainer:
         if not self.env.is_main:
             log.setLevel(max(log.level, logging.WARNING))  # one voice: rank 0 reports progress
         self.run_dir = Path(config.run.output_dir) / config.run.name
+        self.run_directory = RunDirectory(self.run_dir)
         self.precision: Precision = resolve_precision(config.train.precision, self.device, config.train.tf32)
         self.geometry = BatchGeometry(config.train.micro_batch_size, config.train.global_batch_size,
                                       self.env.world_size, self.env.rank)
@@ -281,10 +283,10 @@ class Trainer:
     def _record_config(self) -> None:
         """A resumed run's config against the one it started with (`check_resumed_config`); a run that
         resumes another run's checkpoint has none yet, and this config becomes its first."""
-        if (self.run_dir / "config.yaml").is_file():
+        if self.run_directory.is_run():
             check_resumed_config(self.run_dir, self.config, write=self.env.is_main)
         elif self.env.is_main:
-            save_config(self.config, self.run_dir / "config.yaml")
+            save_config(self.config, self.run_directory.config_file)
 
     def _patience_spent(self, state: TrainingState) -> bool:
         patience = self.config.train.early_stopping_patience
@@ -300,7 +302,7 @@ class Trainer:
 
     def _fresh_start(self) -> TrainingState:
         if self.env.is_main:
-            save_config(self.config, self.run_dir / "config.yaml")
+            save_config(self.config, self.run_directory.config_file)
         self.metrics.rewind(0)  # an attempt killed before its first checkpoint logged steps this one repeats
         return TrainingState()
 
@@ -392,7 +394,7 @@ class Trainer:
                     break
         if stopped_by != "nan":
             latest = self.checkpoints.latest()
-            if latest is None or latest.name != f"step-{state.step:08d}":
+            if latest is None or latest.name != checkpoint_name(state.step):
                 self.checkpoints.save(self.model, self.optimizer, self.scaler, state)
         if stopped_by == "budget" and self._stopped_by_hook:
             stopped_by = "hook"
@@ -582,15 +584,15 @@ class Trainer:
         if best is not None:
             self.checkpoints.load_weights(best, self.model)
             log.info(f"reloaded the best checkpoint {best.name} ({self.config.train.best_metric} = {state.best_metric})")
-            self.task.final_checkpoint = {"step": int(best.name.removeprefix("step-")), "which": "best",
+            self.task.final_checkpoint = {"step": checkpoint_step(best), "which": "best",
                                           "best_metric": self.config.train.best_metric, "best_value": state.best_metric}
         full_state = _full_state_dict(self.model)
         if self.env.is_main:
-            self.task.save_final(self._unsharded(full_state), self.run_dir / "final")
+            self.task.save_final(self._unsharded(full_state), self.run_directory.final)
             if origin is not None:
-                write_origin(self.run_dir / "final", origin)
+                write_origin(self.run_directory.final, origin)
             write_run_model_card(self.run_dir, self.config)
-            log.info(f"final model written to {self.run_dir / 'final'}")
+            log.info(f"final model written to {self.run_directory.final}")
         D.barrier(self.env)
 
     def _drop_training_state(self) -> None:
@@ -705,12 +707,13 @@ def write_plots(run_dir: Path) -> None:
 
 def write_run_model_card(run_dir: Path, config: Config) -> None:
     """final/README.md (`bertforge.model_card`); a card that cannot be written is a warning, never a failed run."""
-    from bertforge.model_card import command_line, write_model_card
+    from bertforge.model_card import CARD_NAME, command_line, write_model_card
 
+    final = RunDirectory(run_dir).final
     try:
-        write_model_card(run_dir / "final", run_dir=run_dir, config=config, command=command_line())
+        write_model_card(final, run_dir=run_dir, config=config, command=command_line())
     except Exception as error:  # noqa: BLE001 - the card describes the model; the model stands without it
-        log.warning(f"{run_dir / 'final' / 'README.md'} not written ({type(error).__name__}: {first_line(error)})")
+        log.warning(f"{final / CARD_NAME} not written ({type(error).__name__}: {first_line(error)})")
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
