@@ -159,12 +159,13 @@ def test_pretraining_continues_from_minilm_then_from_its_run_and_its_checkpoint(
     # a token classifier starts from the same run with the run's encoder, every weight of it
     from bertforge.models.loading import load_for_task, load_model_directory
 
-    tagger = load_for_task(tmp_path / "adapted", "token_classification", label_names=["O", "B-noun", "I-noun"])
+    run_model = resolve_model(tmp_path / "adapted").path  # the run's final/
+    tagger = load_for_task(run_model, "token_classification", label_names=["O", "B-noun", "I-noun"])
     pretrained = load_model_directory(tmp_path / "adapted" / "final").encoder.state_dict()
     for name, weight in tagger.encoder.state_dict().items():
         assert torch.equal(weight, pretrained[name]), name
     # and so does a sentence embedder, pooling by the token mean (a pre-training run has no pooling of its own)
-    embedder = load_for_task(tmp_path / "adapted", "embedding")
+    embedder = load_for_task(run_model, "embedding")
     assert embedder.config.pooling == "mean"
     for name, weight in embedder.encoder.state_dict().items():
         assert torch.equal(weight, pretrained[name]), name

@@ -157,7 +157,7 @@ def test_fine_tuning_starts_from_minilm_with_its_pooler_and_a_fresh_classifier(t
                                                                            num_labels=5)
     assert torch.equal(model.head.pooler.dense.weight, reference.bert.pooler.dense.weight)
     assert torch.equal(model.head.pooler.dense.bias, reference.bert.pooler.dense.bias)
-    with pytest.raises(BertforgeError, match="is not a model; give a bertforge run directory"):
+    with pytest.raises(BertforgeError, match="is not a model directory .* bertforge.locate.resolve_model"):
         load_for_task(tmp_path, "classification", num_labels=2)
 
 

@@ -201,7 +201,7 @@ def test_the_export_runs_in_transformers_pipeline_with_the_entities_of_bertforge
 
     # MiniLM with a random, confident head: many entities of many types, so every span and score is compared
     torch.manual_seed(3)
-    model = load_for_task("all-MiniLM-L6-v2", "token_classification", label_names=TAGS)
+    model = load_for_task(minilm_dir(), "token_classification", label_names=TAGS)
     with torch.no_grad():
         model.classifier.weight.mul_(40.0)
     export_hf(model, minilm_dir(), tmp_path / "tagger")

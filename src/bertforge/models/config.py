@@ -11,13 +11,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bertforge.errors import ConfigError
 from bertforge.size_limits import check_model_fits
-
-if TYPE_CHECKING:
-    from bertforge.config import ModelSection
 
 POSITIONS = ("learned", "rope", "alibi", "relative")
 MLPS = ("gelu", "geglu")
@@ -291,7 +288,16 @@ OVERRIDABLE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_si
                       "pooling", "classifier_dropout")
 
 
-def encoder_config_from_section(section: ModelSection, vocab_size: int) -> EncoderConfig:
+class ModelSettings(Protocol):
+    """What `encoder_config_from_section` reads of a config's `model:` section (`bertforge.config.ModelSection`):
+    its preset and vocabulary size here, each of OVERRIDABLE_FIELDS by name. Stated as a protocol so that
+    models/ needs nothing from the config layer above it."""
+
+    preset: str
+    vocab_size: int | None
+
+
+def encoder_config_from_section(section: ModelSettings, vocab_size: int) -> EncoderConfig:
     """The preset of `model.preset`, then every non-None override of the section; vocab padded to x64.
 
     `vocab_size` is the tokenizer's; `model.vocab_size`, when set, wins over it.

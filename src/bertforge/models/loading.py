@@ -1,11 +1,11 @@
-"""One way from a model reference to a model: resolve it to a model directory, load, adapt to the task.
+"""One way from a model directory to a model: load it, adapt it to the task.
 
 `load_model_directory` builds the model a directory holds (bertforge's format, or a Hugging Face
-BERT/ModernBERT directory converted on load). `load_for_task` starts a model for a task from any
-reference `bertforge.locate.resolve_model` understands (`model.init_from` of `pretrain` and
-`finetune`): the encoder weights always carry over; a head carries over when the source has one of
-the same shape (BERT's pooler, shared by NSP and the classifier, too), as `transformers`'
-`from_pretrained` does; anything else starts fresh.
+directory converted on load). `load_for_task` starts a model for a task from a model directory (what
+`bertforge.locate.resolve_model` turns a run directory, checkpoint or model name into, for
+`model.init_from` of `pretrain` and `finetune`): the encoder weights always carry over; a head carries
+over when the source has one of the same shape (BERT's pooler, shared by NSP and the classifier, too),
+as `transformers`' `from_pretrained` does; anything else starts fresh.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bertforge.config import ModelSection
-from bertforge.errors import ConfigError
-from bertforge.locate import resolve_model
+from bertforge.errors import BertforgeError, ConfigError
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
 from bertforge.models.embedding import BertforgeForEmbedding, embedding_pooling
@@ -46,8 +44,9 @@ def model_for_head(head_kind: str) -> type[BertforgeAny]:
 RUNTIME_FIELDS = ("hidden_dropout", "attention_dropout", "classifier_dropout", "attention_backend", "pooling")
 
 
-def runtime_overrides(section: ModelSection) -> dict[str, object]:
-    """The RUNTIME_FIELDS a config's `model:` section sets (None = keep the saved model's)."""
+def runtime_overrides(section: object) -> dict[str, object]:
+    """The RUNTIME_FIELDS a config's `model:` section (`bertforge.config.ModelSection`, read by attribute) sets
+    (None = keep the saved model's)."""
     values = {name: getattr(section, name) for name in RUNTIME_FIELDS}
     return {name: value for name, value in values.items() if value is not None}
 
@@ -56,20 +55,24 @@ def load_model_directory(path: Path) -> BertforgeAny:
     """The model a bertforge or Hugging Face model directory holds, as it was saved."""
     if is_bertforge_model_dir(path):
         return load_bertforge_model(path)
+    if not (path / "config.json").is_file():
+        raise BertforgeError(f"{path} is not a model directory (it holds neither bertforge_model.json nor "
+                             "config.json); a run directory, checkpoint or model name is resolved to one by "
+                             "bertforge.locate.resolve_model(reference).path")
     return load_hf_checkpoint(path)
 
 
-def load_for_task(reference: str | Path, task: str, *, config_overrides: dict[str, object] | None = None,
+def load_for_task(model_dir: str | Path, task: str, *, config_overrides: dict[str, object] | None = None,
                   **head_options: object) -> BertforgeAny:
     """A model for `task` (a `head_kind`: base | pretraining | classification | token_classification | embedding)
-    initialised from the model `reference` names. `head_options` are the head's: `num_labels`/`label_names`
+    initialised from the model directory `model_dir`. `head_options` are the head's: `num_labels`/`label_names`
     size a classifier's head, `problem_type` (sequence classification), `nsp` (pre-training), `normalize`
     (embeddings); a head ignores the others."""
     model_class = model_for_head(task)
-    location = resolve_model(reference)
-    source = load_model_directory(location.path)
-    overrides = model_class.source_overrides(source, location.path, dict(config_overrides or {}))
-    config = _with_overrides(source.config, overrides, str(location.path))
+    path = Path(model_dir)
+    source = load_model_directory(path)
+    overrides = model_class.source_overrides(source, path, dict(config_overrides or {}))
+    config = _with_overrides(source.config, overrides, str(path))
     target = model_class.for_head(config, source_pooler=source.pooler_module() is not None, **head_options)
     _transfer(source, target)
     return target

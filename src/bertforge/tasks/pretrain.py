@@ -22,6 +22,7 @@ from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
 from bertforge.errors import ConfigError, DataError
+from bertforge.locate import resolve_model
 from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task
 from bertforge.train.task import Batch, Task, TaskData
 
@@ -89,7 +90,7 @@ class PretrainTask(Task):
 
         section = self.config.model
         if section.init_from:
-            model = load_for_task(section.init_from, "pretraining", nsp=self.nsp,
+            model = load_for_task(resolve_model(section.init_from).path, "pretraining", nsp=self.nsp,
                                   config_overrides=runtime_overrides(section))
         else:
             encoder = encoder_config_from_section(section, self.vocab_size)
