@@ -1,6 +1,7 @@
-"""The command line as the docs show it: every `bertforge ...` command in README.md, docs/guide.md and the
+"""The command line as the docs show it: every `bertforge ...` command in README.md, docs/*.md and the
 `--help` examples parses (dotted overrides anywhere after CONFIG, between and after options), a mistyped
-command gets a did-you-mean, a missing CONFIG is named, and a few cheap documented commands run."""
+command gets a did-you-mean, a missing CONFIG is named, and a few cheap documented commands run
+(tests/test_documented_commands.py runs all of them)."""
 
 from __future__ import annotations
 
@@ -10,61 +11,18 @@ import shlex
 from pathlib import Path
 
 import pytest
+from helpers.documented_commands import (
+    DocumentedCommand,
+    documented_commands,
+    help_examples,
+    inline_commands,
+    shell_words,
+    subcommand_parsers,
+)
 
 from bertforge.cli import build_parser, main, parse_arguments
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", REPO / "docs" / "guide.md"]
-COMMAND = re.compile(r"(?:^|\s)(?:bertforge|-m bertforge\.cli|-m bertforge) (?P<arguments>.*)")
-
-
-def command_lines(text: str) -> list[str]:
-    """The argument lists of `bertforge` commands in a text's shell lines (continuations joined, comments, prompts
-    and redirections dropped); `torchrun ... -m bertforge.cli ARGS` counts."""
-    found = []
-    for line in re.sub(r"\\\n\s*", " ", text).splitlines():
-        line = line.strip().removeprefix("$ ")
-        match = COMMAND.search(line)
-        if line.startswith("#") or match is None:
-            continue
-        arguments = re.split(r" #|\s&&\s|\s\|\s|\s>\s", match["arguments"])[0].strip()
-        found.append(arguments)
-    return found
-
-
-def documented_commands() -> list[tuple[str, str]]:
-    commands = []
-    for doc in DOCS:
-        for block in re.findall(r"```[^\n]*\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
-            commands += [(doc.name, arguments) for arguments in command_lines(block)]
-    return commands
-
-
-def subcommand_parsers(parser: argparse.ArgumentParser, path: str = "") -> list[tuple[str, argparse.ArgumentParser]]:
-    found = [(path, parser)] if path else []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                found += subcommand_parsers(child, f"{path} {name}".strip())
-    return found
-
-
-def help_examples() -> list[tuple[str, str]]:
-    examples = []
-    for path, parser in subcommand_parsers(build_parser()):
-        epilog = parser.epilog or ""
-        if epilog.startswith("example:"):
-            examples += [(f"{path} --help", arguments) for arguments in command_lines(epilog)]
-    return examples
-
-
-def inline_commands() -> list[tuple[str, str]]:
-    """`bertforge NAME ...` in the docs' prose and tables (often a synopsis with placeholders)."""
-    spans = []
-    for doc in DOCS:
-        prose = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
-        spans += [(doc.name, span) for span in re.findall(r"`bertforge ([^`]+)`", prose)]
-    return spans
 
 
 def parse(arguments: str) -> argparse.Namespace:
@@ -75,15 +33,16 @@ def test_the_docs_and_help_show_many_commands() -> None:  # the extraction itsel
     assert len(documented_commands()) >= 30 and len(help_examples()) >= 20 and len(inline_commands()) >= 30
 
 
-@pytest.mark.parametrize(("where", "arguments"), documented_commands() + help_examples(),
-                         ids=lambda value: value if len(value) < 60 else value[:57] + "...")
-def test_every_documented_command_parses(where: str, arguments: str) -> None:
-    if "--help" in shlex.split(arguments):
+@pytest.mark.parametrize("command", documented_commands() + help_examples(),
+                         ids=lambda command: f"{command.where}: {command.arguments[:60]}")
+def test_every_documented_command_parses(command: DocumentedCommand) -> None:
+    words = shell_words(command.arguments)
+    if "--help" in words:
         with pytest.raises(SystemExit) as exit_:
-            parse(arguments)
+            parse_arguments(build_parser(), words)
         assert exit_.value.code == 0
         return
-    args = parse(arguments)
+    args = parse_arguments(build_parser(), words)
     assert args.command is not None and callable(args.func)
 
 
