@@ -16,7 +16,7 @@ from bertforge.errors import ConfigError
 from bertforge.models.config import EncoderConfig
 from bertforge.models.encoder import BertforgeModel, pack_inputs
 from bertforge.models.heads import SequenceHead
-from bertforge.models.init import init_weights
+from bertforge.models.init import init_head
 from bertforge.models.serialization import SavableModel
 
 PROBLEM_TYPES = ("classification", "regression")
@@ -48,7 +48,7 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
         self.label_names = list(label_names) if label_names is not None else None
         self.encoder = BertforgeModel(config)
         self.head = SequenceHead(config, num_labels)
-        init_weights(self.head, config)
+        init_head(self.head, config)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                 position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,

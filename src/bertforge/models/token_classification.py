@@ -20,7 +20,7 @@ from bertforge.models.classification import label_config
 from bertforge.models.config import EncoderConfig
 from bertforge.models.dropout import Dropout
 from bertforge.models.encoder import BertforgeModel, pack_inputs
-from bertforge.models.init import init_head_like_hf
+from bertforge.models.init import init_head
 from bertforge.models.serialization import SavableModel
 
 IGNORED_LABEL = -100  # a token that is not the first piece of a word (torch's and transformers' convention)
@@ -47,7 +47,7 @@ class BertforgeForTokenClassification(SavableModel, nn.Module):
         self.encoder = BertforgeModel(config)
         self.dropout = Dropout(config.effective_classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
-        init_head_like_hf(self.classifier, config)
+        init_head(self.classifier, config)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                 position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
