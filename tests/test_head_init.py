@@ -11,6 +11,7 @@ from scipy import stats
 from torch import nn
 
 from bertforge.models import BertforgeForSequenceClassification, BertforgeForTokenClassification
+from bertforge.tasks.multiple_choice import BertforgeForMultipleChoice
 from tests.helpers.models import tiny_config
 
 STD = 0.02
@@ -23,6 +24,7 @@ HEADS = {
     "regression, mean pooling": lambda: BertforgeForSequenceClassification(
         dataclasses.replace(CONFIG, pooling="mean"), 1, problem_type="regression").head,
     "token classification": lambda: BertforgeForTokenClassification(CONFIG, 64).classifier,
+    "multiple choice": lambda: BertforgeForMultipleChoice(CONFIG).head,
 }
 
 

@@ -35,7 +35,7 @@ from bertforge.locate import resolve_model
 from bertforge.models.config import EncoderConfig
 from bertforge.models.encoder import BertforgeModel, pack_inputs
 from bertforge.models.heads import SequenceHead
-from bertforge.models.init import init_weights
+from bertforge.models.init import init_head
 from bertforge.models.serialization import SavableModel
 from bertforge.tasks.evaluation import EvaluationReport
 from bertforge.tasks.finetune_base import FinetuneTask
@@ -221,7 +221,7 @@ class BertforgeForMultipleChoice(SavableModel, nn.Module):
         self.config = config
         self.encoder = BertforgeModel(config)
         self.head = SequenceHead(config, 1)
-        init_weights(self.head, config)
+        init_head(self.head, config)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                 position_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
