@@ -33,7 +33,8 @@ class TaskKind:
     task: Callable[[Config], Task]  # the fine-tuning Task
     read: Callable[[FinetuneSection], Any]  # the reader of finetune.train_file / validation_file / test_file
     collate: Callable[[list[dict[str, Any]]], dict[str, Any]]  # its examples -> one unpadded batch
-    metric_names: Callable[[FinetuneSection], set[str]]  # what its evaluation reports (train.best_metric's choices)
+    # what its evaluation reports (train.best_metric's choices), given the section and what `read` returned
+    metric_names: Callable[[FinetuneSection, Any], set[str]]
     evaluate: Callable[[LoadedModel, argparse.Namespace], EvaluationReport]  # `bertforge evaluate MODEL --data FILE`
     predict: Callable[[LoadedModel, LabeledSplit, int], list[dict[str, Any]]]  # `bertforge predict`: one row per text
     model_of: Callable[[LoadedModel], nn.Module | None]  # the model of this kind a loaded directory holds, or None
