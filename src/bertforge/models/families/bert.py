@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import transformers
-from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -19,7 +18,9 @@ from bertforge.models.families.family import (
     KeyPair,
     ModelFamily,
     activation_from_hf,
-    fill,
+    build_with_optional_pooler,
+    layered_keys,
+    load_with_optional_pooler,
 )
 
 ENCODER: tuple[KeyPair, ...] = (
@@ -135,23 +136,11 @@ def config_to_hf(config: EncoderConfig, common: dict[str, object],
 
 
 def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
-    pairs = [fill(pair) for pair in ENCODER]
-    pairs += [fill(pair, i, kind) for i in range(config.num_layers) for kind in ("weight", "bias") for pair in LAYER]
-    return pairs + ([fill(pair) for pair in POOLER] if pooler else [])
-
-
-def build_hf_model(cls: type, hf_config: transformers.PretrainedConfig, pooler: bool) -> nn.Module:
-    # a bare BertModel draws a pooler unless told not to; one bertforge's model lacks must not appear
-    return cls(hf_config, add_pooling_layer=pooler) if cls is transformers.BertModel else cls(hf_config)
-
-
-def load_arguments(hf_class: str, pooler: bool) -> dict[str, object]:
-    # no config.json key says "no pooler": without this, from_pretrained draws one and reports it MISSING
-    return {"add_pooling_layer": False} if hf_class == "BertModel" and not pooler else {}
+    return layered_keys(config, ENCODER, LAYER, POOLER if pooler else ())
 
 
 FAMILY = ModelFamily(
     name="bert", model_type="bert", encoder_prefix="bert.", classes=CLASSES, head_keys=HEADS,
     unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys, build_hf_model=build_hf_model, load_arguments=load_arguments,
+    encoder_keys=encoder_keys, build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
 )

@@ -57,6 +57,25 @@ def prefixed(pair: KeyPair, ours_prefix: str, hf_prefix: str) -> KeyPair:
     return ours_prefix + ours, hf_prefix + theirs
 
 
+def layered_keys(config: EncoderConfig, encoder: tuple[KeyPair, ...], layer: tuple[KeyPair, ...],
+                 pooler: tuple[KeyPair, ...] = ()) -> list[KeyPair]:
+    """A BERT-shaped encoder's pairs: its embeddings', every layer's (each entry as weight and bias), its pooler's."""
+    pairs = [fill(pair) for pair in encoder]
+    pairs += [fill(pair, i, kind) for i in range(config.num_layers) for kind in ("weight", "bias") for pair in layer]
+    return pairs + [fill(pair) for pair in pooler]
+
+
+def build_with_optional_pooler(cls: type, config: transformers.PretrainedConfig, pooler: bool) -> nn.Module:
+    # a bare *Model draws a pooler unless told not to; one bertforge's model lacks must not appear.
+    # Its For* classes never take the option
+    return cls(config, add_pooling_layer=pooler) if cls.__name__.endswith("Model") else cls(config)
+
+
+def load_with_optional_pooler(hf_class: str, pooler: bool) -> dict[str, object]:
+    # no config.json key says "no pooler": without this, from_pretrained draws one and reports it MISSING
+    return {"add_pooling_layer": False} if hf_class.endswith("Model") and not pooler else {}
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """One Hugging Face family; each field is a plain value or function of the family's own file."""

@@ -16,7 +16,6 @@ import dataclasses
 from typing import Any
 
 import transformers
-from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -26,6 +25,8 @@ from bertforge.models.families.family import (
     OUR_TO_HF_ACTIVATION,
     KeyPair,
     ModelFamily,
+    build_with_optional_pooler,
+    load_with_optional_pooler,
 )
 
 MLM_HEAD: tuple[KeyPair, ...] = (
@@ -53,15 +54,6 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
                              "(roberta-base: 1), so give it")
     return dataclasses.replace(bert_config_from_hf(hf, source), position_offset=hf.pad_token_id + 1,
                                hf_model_type=hf.model_type)
-
-
-def build_hf_model(cls: type, hf_config: transformers.PretrainedConfig, pooler: bool) -> nn.Module:
-    # the bare model draws a pooler unless told not to (as BERT's); its For* classes never have one
-    return cls(hf_config, add_pooling_layer=pooler) if cls.__name__.endswith("Model") else cls(hf_config)
-
-
-def load_arguments(hf_class: str, pooler: bool) -> dict[str, object]:
-    return {"add_pooling_layer": False} if hf_class.endswith("Model") and not pooler else {}
 
 
 def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
@@ -123,7 +115,7 @@ def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
     return ModelFamily(
         name=model_type, model_type=model_type, encoder_prefix="roberta.", classes=classes, head_keys=heads,
         unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-        encoder_keys=encoder_keys, build_hf_model=build_hf_model, load_arguments=load_arguments,
+        encoder_keys=encoder_keys, build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
     )
 
 
