@@ -9,6 +9,7 @@ from bertforge.commands.common import add_command
 from bertforge.console import log, progress_enabled
 
 TOKENIZER_MODEL_NAMES = ("wordpiece", "bpe", "unigram")  # data/tokenizer_models.py's, without importing tokenizers here
+NORMALIZATION_NAMES = ("arabic", "arabic-diacritics", "tatweel")  # data/normalization.py's NAMES, likewise
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,9 +41,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--overwrite", action="store_true", help="replace an earlier tokenizer at --out")
     case = train.add_mutually_exclusive_group()
     case.add_argument("--uncased", dest="lowercase", action="store_true", default=None,
-                      help="lower-case and strip accents (WordPiece's default; WordPiece only)")
+                      help="lower-case, and strip accents unless --keep-accents or --normalize (WordPiece's "
+                           "default; WordPiece only)")
     case.add_argument("--cased", dest="lowercase", action="store_false",
                       help="keep case and accents (BPE's and Unigram's only way)")
+    accents = train.add_mutually_exclusive_group()
+    accents.add_argument("--strip-accents", dest="strip_accents", action="store_true", default=None,
+                         help="decompose characters and drop every combining mark (what --uncased does by default; "
+                              "it also drops the hamza and madda of Arabic أ إ آ ؤ ئ; WordPiece only)")
+    accents.add_argument("--keep-accents", dest="strip_accents", action="store_false",
+                         help="keep accents and marks, --uncased or not (the default with --normalize)")
+    train.add_argument("--normalize", action="append", choices=NORMALIZATION_NAMES, default=[], metavar="NAME",
+                       help="remove characters first: arabic-diacritics (harakat U+064B-U+0652, U+0670), tatweel "
+                            "(U+0640), or arabic for both; repeatable. Saved in tokenizer.json: every bertforge "
+                            "command and AutoTokenizer apply it")
     train.add_argument("--text-field", default="text", help="field/column with the text (jsonl/csv/parquet/HF/MDS)")
     train.add_argument("--min-frequency", type=int, default=None,
                        help="minimum pair frequency for a merge (WordPiece and BPE; default 2)")
@@ -53,6 +65,7 @@ SAVED_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from bertforge.data.normalization import describe
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
     from bertforge.data.tokenizer_models import TOKENIZER_MODELS
     from bertforge.errors import ConfigError
@@ -69,7 +82,8 @@ def run_train(args: argparse.Namespace) -> int:
                               overwrite=args.overwrite, sources=[(path, "an --input") for path in args.input],
                               recognise=earlier_tokenizer)
     loaded = train_tokenizer_from_inputs(args.input, args.out, model=args.model, vocab_size=args.vocab_size,
-                                         lowercase=args.lowercase, text_field=args.text_field,
+                                         lowercase=args.lowercase, strip_accents=args.strip_accents,
+                                         normalize=args.normalize, text_field=args.text_field,
                                          min_frequency=2 if args.min_frequency is None else args.min_frequency,
                                          show_progress=progress_enabled())
     claimed.record(*SAVED_FILES)
@@ -77,6 +91,6 @@ def run_train(args: argparse.Namespace) -> int:
     if args.model != "wordpiece" and stale.is_file():  # an earlier WordPiece's, which an export would copy
         stale.unlink()
     model = TOKENIZER_MODELS[args.model]
-    log.info(f"saved a {'uncased' if loaded.lowercase else 'cased'} {model.describe} tokenizer with "
-             f"{loaded.vocab_size:,} tokens to {args.out}")
+    log.info(f"saved a {model.describe} tokenizer ({describe(loaded.tokenizer)}) with {loaded.vocab_size:,} tokens "
+             f"to {args.out}")
     return 0

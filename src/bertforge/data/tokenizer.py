@@ -34,6 +34,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertforge.console import log, setup_logging, verbosity
+from bertforge.data.normalization import removals_of, resolve, with_removals
 from bertforge.errors import BertforgeError, DataError, first_line
 from bertforge.size_limits import check_vocab_size
 from bertforge.special_tokens import ROLES, SPECIAL_TOKENS, special_tokens_of
@@ -127,18 +128,21 @@ def check_requested_vocab_size(vocab_size: int, model: str = "wordpiece") -> Non
     check_vocab_size(vocab_size)  # the Rust trainer aborts with a panic on absurd sizes
 
 
-def build_wordpiece_tokenizer(lowercase: bool) -> Tokenizer:
-    """An untrained BERT tokenizer: BERT normalizer and pre-tokenizer, `##` continuations."""
+def build_wordpiece_tokenizer(lowercase: bool, strip_accents: bool | None = None,
+                              normalize: tuple[str, ...] = ()) -> Tokenizer:
+    """An untrained BERT tokenizer: BERT normalizer and pre-tokenizer, `##` continuations. `strip_accents` None
+    follows `lowercase` (BERT's rule); `normalize` (resolved names of data/normalization.py) goes first."""
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                      strip_accents=None, lowercase=lowercase)
+    tokenizer.normalizer = with_removals(normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                                    strip_accents=strip_accents, lowercase=lowercase),
+                                         normalize)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     return tokenizer
 
 
-def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = True, min_frequency: int = 2,
-                    show_progress: bool = False) -> Tokenizer:
+def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = True, strip_accents: bool | None = None,
+                    normalize: tuple[str, ...] = (), min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
     """Train a WordPiece vocabulary of (at most) `vocab_size`, then pad it to a multiple of 64.
 
     `texts` is read twice (a list, or any re-iterable collection; not a one-shot iterator): once here to fix the
@@ -147,7 +151,7 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = 
     if iter(texts) is texts:
         raise TypeError("train_wordpiece reads its texts twice: give a list or another re-iterable, not an iterator")
     check_requested_vocab_size(vocab_size)
-    tokenizer = build_wordpiece_tokenizer(lowercase)
+    tokenizer = build_wordpiece_tokenizer(lowercase, strip_accents, normalize)
     # the trainer keeps every character it saw, beyond vocab_size if need be: a corpus with thousands of
     # distinct characters (CJK, emoji) gave 3,072 tokens for --vocab-size 2048 and no word of it. The
     # alphabet is capped at half the vocabulary; rarer characters become [UNK], as in BERT's own vocab.
@@ -174,7 +178,7 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = 
         vocab[UNUSED_TOKEN.format(n)] = trained + n
     # a fresh tokenizer: the trained one holds the alphabet as added special tokens, which would be split out
     # of the text before normalization; only BERT's five are special
-    tokenizer = build_wordpiece_tokenizer(lowercase)
+    tokenizer = build_wordpiece_tokenizer(lowercase, strip_accents, normalize)
     tokenizer.model = models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
                                        max_input_chars_per_word=100)
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
@@ -252,7 +256,8 @@ def _class_of(characters: set[str]) -> str:
 
 def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path, *, lowercase: bool) -> Path:
     """Write the HF tokenizer files so `AutoTokenizer.from_pretrained(out_dir)` builds the same tokenizer
-    (a BertTokenizerFast for WordPiece, RoBERTa's for byte-level BPE, XLM-R's for Unigram)."""
+    (a BertTokenizerFast for WordPiece, RoBERTa's for byte-level BPE, XLM-R's for Unigram; the generic fast
+    tokenizer, which reads tokenizer.json as it is, where --normalize added what those classes would drop)."""
     from bertforge.data.tokenizer_models import TOKENIZER_MODELS, model_of_saved
 
     model = TOKENIZER_MODELS[model_of_saved(tokenizer)]
@@ -266,9 +271,22 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: str | Path, *, lowercase: bool
     special_map = {f"{role}_token": token for role, token in model.roles.items()}
     case = {"do_lower_case": lowercase} if model.name == "wordpiece" else {}
     config = {"tokenizer_class": model.tokenizer_class, **case, **model.config, **special_map}
+    if model.name == "wordpiece":  # BertTokenizerFast builds its normalizer from these
+        config["strip_accents"] = _bert_normalizer_setting(tokenizer, "strip_accents")
+    if removals_of(tokenizer):
+        config.update(tokenizer_class=GENERIC_TOKENIZER_CLASS, model_input_names=list(model.input_names))
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n", encoding="utf-8")
     return out
+
+
+GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers' class that takes tokenizer.json as it is
+
+
+def _bert_normalizer_setting(tokenizer: Tokenizer, key: str) -> Any:
+    spec = json.loads(tokenizer.to_str()).get("normalizer") or {}
+    steps = spec.get("normalizers", [spec]) if spec.get("type") == "Sequence" else [spec]
+    return next((step.get(key) for step in steps if step.get("type") == "BertNormalizer"), None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,10 +347,14 @@ def load_tokenizer(path: str | Path) -> LoadedTokenizer:
 
 
 def train_tokenizer_from_inputs(inputs: list[str], out_dir: str | Path, *, model: str = "wordpiece",
-                                vocab_size: int = 32768, lowercase: bool | None = None, text_field: str = "text",
-                                min_frequency: int = 2, show_progress: bool = False) -> LoadedTokenizer:
+                                vocab_size: int = 32768, lowercase: bool | None = None,
+                                strip_accents: bool | None = None, normalize: Iterable[str] = (),
+                                text_field: str = "text", min_frequency: int = 2,
+                                show_progress: bool = False) -> LoadedTokenizer:
     """Train a `model` (wordpiece, bpe, unigram) on the documents of `inputs` (any format `bertforge.data.sources`
-    reads) and save to `out_dir`. `lowercase` None: WordPiece lower-cases, BPE and Unigram keep case."""
+    reads) and save to `out_dir`. `lowercase` None: WordPiece lower-cases, BPE and Unigram keep case.
+    `strip_accents` None: WordPiece strips accents when it lower-cases (BERT's rule), except with `normalize`
+    (names of data/normalization.py, for Arabic): stripping would also fold the hamza those keep."""
     from bertforge.data.sources import resolve_inputs
     from bertforge.data.tokenizer_models import tokenizer_model
 
@@ -340,10 +362,16 @@ def train_tokenizer_from_inputs(inputs: list[str], out_dir: str | Path, *, model
     if lowercase and tokenizer_model(model).cased_only:
         raise DataError(f"--uncased is WordPiece's: --model {model} keeps case, as RoBERTa's and XLM-R's tokenizers "
                         "do (transformers rebuilds them with no normalizer); drop --uncased or use --model wordpiece")
+    if strip_accents and tokenizer_model(model).cased_only:
+        raise DataError(f"--strip-accents is WordPiece's: --model {model} keeps the text's accents, as RoBERTa's and "
+                        "XLM-R's tokenizers do; drop --strip-accents or use --model wordpiece")
     lowercase = model == "wordpiece" if lowercase is None else lowercase
+    removals = resolve(normalize)
+    if strip_accents is None and removals and model == "wordpiece":
+        strip_accents = False
     sources = resolve_inputs(inputs)
-    settings = dict(model=model, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
-                    show_progress=show_progress)
+    settings = dict(model=model, vocab_size=vocab_size, lowercase=lowercase, strip_accents=strip_accents,
+                    normalize=removals, min_frequency=min_frequency, show_progress=show_progress)
     tokenizer = Tokenizer.from_str(_in_child_process(sources, text_field, settings))
     save_tokenizer(tokenizer, out_dir, lowercase=lowercase)
     return load_tokenizer(out_dir)
@@ -442,12 +470,12 @@ def _train_in_child(sources: list[Source], text_field: str, settings: dict[str, 
     send.close()
 
 
-def _train(texts: _DocumentTexts, *, model: str, vocab_size: int, lowercase: bool, min_frequency: int,
-           show_progress: bool) -> Tokenizer:
+def _train(texts: _DocumentTexts, *, model: str, vocab_size: int, lowercase: bool, strip_accents: bool | None,
+           normalize: tuple[str, ...], min_frequency: int, show_progress: bool) -> Tokenizer:
     from bertforge.data.tokenizer_models import tokenizer_model, train_subword
 
     if model == "wordpiece":
-        return train_wordpiece(texts, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency,
-                               show_progress=show_progress)
+        return train_wordpiece(texts, vocab_size=vocab_size, lowercase=lowercase, strip_accents=strip_accents,
+                               normalize=normalize, min_frequency=min_frequency, show_progress=show_progress)
     return train_subword(texts, tokenizer_model(model), vocab_size=vocab_size, min_frequency=min_frequency,
-                         show_progress=show_progress)
+                         normalize=normalize, show_progress=show_progress)

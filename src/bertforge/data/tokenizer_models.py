@@ -9,7 +9,8 @@
 Each record also says what `tokenizer_config.json` names, so that `AutoTokenizer` builds the same
 tokenizer: transformers 5 rebuilds RoBERTa's and XLM-R's tokenizers from the vocabulary alone, with
 their own pre-tokenizer and no normalizer, which is why the trained ones have exactly that shape and
-are cased (`--uncased` is WordPiece's only). `<mask>` strips the space before it (RoBERTa's and
+are cased (`--uncased` is WordPiece's only; a `--normalize` removal is a normalizer those classes would drop,
+so such a tokenizer names the generic class instead, data/normalization.py). `<mask>` strips the space before it (RoBERTa's and
 XLM-R's `lstrip`), so "the <mask> of" masks a whole `Ġword` as pre-training did.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from bertforge.data.normalization import with_removals
 from bertforge.data.tokenizer import SPECIAL_TOKENS, UNUSED_TOKEN, padded_vocab_size
 from bertforge.errors import DataError
 
@@ -44,6 +46,7 @@ class TokenizerModel:
     tokenizer_class: str  # tokenizer_config.json's: the transformers class that builds the same tokenizer
     minimum_vocab_size: int
     cased_only: bool
+    input_names: tuple[str, ...]  # what the family's model takes: token types for BERT only
     config: dict[str, Any] = field(default_factory=dict)  # further tokenizer_config.json keys
     describe: str = ""
 
@@ -73,10 +76,12 @@ def _xlm_r_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
 
 
 def train_subword(texts: Iterable[str], model: TokenizerModel, *, vocab_size: int, min_frequency: int,
-                  show_progress: bool) -> Tokenizer:
-    """Train a byte-level BPE or Unigram vocabulary of (at most) `vocab_size`, padded to a multiple of 64."""
+                  show_progress: bool, normalize: tuple[str, ...] = ()) -> Tokenizer:
+    """Train a byte-level BPE or Unigram vocabulary of (at most) `vocab_size`, padded to a multiple of 64.
+    `normalize`: the resolved names of data/normalization.py, the tokenizer's only normalizer."""
     build = BUILDERS[model.name]
     tokenizer, trainer = build(vocab_size, min_frequency, show_progress)
+    tokenizer.normalizer = with_removals(None, normalize)
     tokenizer.train_from_iterator(texts, trainer=trainer)
     trained = tokenizer.get_vocab_size()
     if trained <= len(model.specials) + (256 if model.name == "bpe" else 0):
@@ -139,14 +144,17 @@ TOKENIZER_MODELS: dict[str, TokenizerModel] = {model.name: model for model in (
     TokenizerModel(name="wordpiece", specials=SPECIAL_TOKENS,
                    roles=dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS, strict=True)),
                    tokenizer_class="BertTokenizerFast", minimum_vocab_size=105, cased_only=False,
+                   input_names=("input_ids", "token_type_ids", "attention_mask"),
                    config={"strip_accents": None, "tokenize_chinese_chars": True, **_SHARED},
                    describe="WordPiece"),
     TokenizerModel(name="bpe", specials=ROBERTA_SPECIALS, roles=ROBERTA_ROLES, tokenizer_class="RobertaTokenizerFast",
                    minimum_vocab_size=256 + len(ROBERTA_SPECIALS) + 100, cased_only=True,
+                   input_names=("input_ids", "attention_mask"),
                    config={"add_prefix_space": False, "trim_offsets": True, "errors": "replace", **_SHARED},
                    describe="byte-level BPE"),
     TokenizerModel(name="unigram", specials=ROBERTA_SPECIALS, roles=ROBERTA_ROLES,
                    tokenizer_class="XLMRobertaTokenizerFast", minimum_vocab_size=105, cased_only=True,
+                   input_names=("input_ids", "attention_mask"),
                    config={"add_prefix_space": True, **_SHARED}, describe="Unigram"),
 )}
 
