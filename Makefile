@@ -32,11 +32,13 @@ install-dev: $(VENV)/.installed-dev
 # rebuild test is skipped, with the reason, without them; tests/test_parity_tasks.py fails.
 .PHONY: sample-sources
 sample-sources:
-	@if [ -x /usr/bin/bible ] && [ -f /usr/share/wordnet/data.noun ] && [ -f /usr/share/man/man7/man.7.gz ] && [ -f /usr/share/man/man3/printf.3.gz ]; then :; \
+	@if [ -x /usr/bin/bible ] && [ -f /usr/share/wordnet/data.noun ] && [ -f /usr/share/man/man7/man.7.gz ] && [ -f /usr/share/man/man3/printf.3.gz ] \
+		&& (for lang in de fr es ja zh_CN; do [ -f /usr/share/man/$$lang/man1/chmod.1.gz ] || exit 1; done); then :; \
 	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base bible-kjv manpages manpages-dev >/dev/null) \
-		|| echo "note: could not install wordnet-base/bible-kjv/manpages(-dev); the tests that rebuild data from them will fail or be skipped"; \
-	else echo "note: wordnet-base/bible-kjv/manpages(-dev) not installed; the tests that rebuild data from them will fail or be skipped"; fi
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base bible-kjv manpages manpages-dev \
+			manpages-de manpages-fr manpages-es manpages-ja manpages-zh >/dev/null) \
+		|| echo "note: could not install wordnet-base/bible-kjv/manpages(-dev, -de, -fr, -es, -ja, -zh); the tests that rebuild data from them will fail or be skipped"; \
+	else echo "note: wordnet-base/bible-kjv/manpages(-dev, -de, -fr, -es, -ja, -zh) not installed; the tests that rebuild data from them will fail or be skipped"; fi
 
 demo: install
 	$(VENV)/bin/bertforge quickstart

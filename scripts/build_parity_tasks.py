@@ -54,12 +54,14 @@ import argparse
 import functools
 import gzip
 import hashlib
+import html
 import importlib.util
 import json
 import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -95,8 +97,8 @@ APT_LISTS_DIR = Path("/var/lib/apt/lists")
 DPKG_INFO_DIR = Path("/var/lib/dpkg/info")
 
 SPLITS = ("train", "validation", "test")
-TASKS = ("manpages", "wordnet-pairs", "wordnet-similarity", "supersense-tagging", "wordnet-embedding", "wordnet-choice",
-         "debian-sections")
+TASKS = ("manpages", "manpages-multilingual", "wordnet-pairs", "wordnet-similarity", "supersense-tagging",
+         "wordnet-embedding", "wordnet-choice", "arabic-messages", "debian-sections")
 OPTIONAL_TASKS = ("debian-sections",)  # skipped with a note, not an error, when its source is absent
 TASK_FILE = "task.json"
 FORMAT_VERSION = 1
@@ -304,7 +306,15 @@ def _heading(m: re.Match[str], source: str) -> tuple[str, int]:
     return source[m.end() + 1 : nl], nl
 
 
-def man_description(source: str, max_words: int | None = None) -> str | None:
+def _is_description_heading(title: str, headings: frozenset[str]) -> bool:
+    """Whether a .SH title names the description: every word of it (parentheses aside) is one of `headings`
+    ("DESCRIPTION", and the translations' "DESCRIPTION 描述", "描述 (DESCRIPTION)")."""
+    words = re.findall(r"[^\s()（）]+", unescape(" ".join(split_arguments(title))).upper())
+    return bool(words) and all(word in headings for word in words)
+
+
+def man_description(source: str, max_words: int | None = None,
+                    headings: frozenset[str] = frozenset({"DESCRIPTION"})) -> str | None:
     """The plain text of a man page's DESCRIPTION section (up to the next .SH), or None if it has none."""
     start: int | None = None
     for m in _SH_RE.finditer(source):
@@ -313,7 +323,7 @@ def man_description(source: str, max_words: int | None = None) -> str | None:
         if start is not None:
             return troff_to_text(source[start : m.start()], max_words)
         title, body_start = _heading(m, source)
-        if " ".join(unescape(" ".join(split_arguments(title))).split()).upper() == "DESCRIPTION":
+        if _is_description_heading(title, headings):
             start = body_start
     return None if start is None else troff_to_text(source[start:], max_words)
 
@@ -463,6 +473,152 @@ def build_manpages(man_dir: Path = MAN_DIR, max_per_package: int | None = None) 
             "pages_per_package": dict(sorted(by_package.items(), key=lambda kv: (-kv[1], kv[0]))),
         },
     )
+
+
+# one directory under /usr/share/man per language (zh: the simplified-script pages; manpages-zh ships the
+# same pages in zh_TW too) and the words its translators title the description with
+MAN_LANGUAGES: dict[str, tuple[str, str, frozenset[str]]] = {  # language -> (directory, package, headings)
+    "en": ("", "manpages", frozenset({"DESCRIPTION"})),
+    "de": ("de", "manpages-de", frozenset({"BESCHREIBUNG"})),
+    "fr": ("fr", "manpages-fr", frozenset({"DESCRIPTION"})),
+    "es": ("es", "manpages-es", frozenset({"DESCRIPCIÓN"})),
+    "ja": ("ja", "manpages-ja", frozenset({"説明", "解説"})),
+    "zh": ("zh_CN", "manpages-zh", frozenset({"描述", "说明", "DESCRIPTION"})),
+}
+MULTI_MAX_CHARS = 800  # about 200 words of English; CJK text has no spaces to count words by
+MULTI_MIN_UNITS = 20  # words, a CJK character counting as one
+MULTI_MAX_PER_CLASS = 150  # pages of one section in one language: section 1 would otherwise hold half of them
+MULTI_MIN_CLASS = 40  # rows of a section over all languages
+MULTI_MIN_CJK_SHARE = 0.3  # a ja/zh description with fewer CJK characters per unit was left in English
+CJK_LANGUAGES = ("ja", "zh")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def text_units(text: str) -> int:
+    """Words for a language written with spaces, characters for Japanese and Chinese."""
+    return len(_CJK_RE.sub(" ", text).split()) + len(_CJK_RE.findall(text))
+
+
+def cjk_share(text: str) -> float:
+    return len(_CJK_RE.findall(text)) / max(text_units(text), 1)
+
+
+def page_name(path: Path) -> tuple[str, str]:
+    """`ls.1.gz` -> ("ls", "1"): the page name and its section suffix (`3ssl`, `1p`, ...)."""
+    stem = path.name.removesuffix(".gz")
+    name, _, suffix = stem.rpartition(".")
+    return name, suffix
+
+
+def page_split(page: str) -> str:
+    """70/10/20 by sha1 of the page name: a fifth of ~3,000 rows leaves ~100 test rows per language."""
+    bucket = int.from_bytes(hashlib.sha1(page.encode("utf-8")).digest()[:8], "big") % 100
+    return "train" if bucket < 70 else "validation" if bucket < 80 else "test"
+
+
+def man_pages_of(directory: Path) -> list[tuple[str, Path]]:
+    """(section, page file) of man1..man8 under directory, aliases (symlinks) left out, in path order."""
+    return [(section, path) for section in MAN_SECTIONS if (directory / f"man{section}").is_dir()
+            for path in sorted((directory / f"man{section}").iterdir()) if path.is_file() and not path.is_symlink()]
+
+
+def build_manpages_multilingual(man_dir: Path = MAN_DIR) -> Task:
+    """Man page DESCRIPTION -> section, in English, German, French, Spanish, Japanese and Chinese.
+
+    The label is the manual section because a translated page keeps its original's: one label means
+    the same in every language (a command, a file format, an overview, an admin command), it is read
+    from the page, not guessed, and it asks what the text describes. English pages are those with a
+    translation (same name and section) in one of the other languages, so the six describe the same
+    pages; the split is by page name, so a page, its translations (and its namesakes in other
+    sections) fall in one split and no test page was seen in training in any language.
+    """
+    install = "`apt-get install -y manpages manpages-de manpages-fr manpages-es manpages-ja manpages-zh`"
+    translated: set[tuple[str, str]] = set()  # (page, section) of every translated page file
+    for language, (subdir, _, _) in MAN_LANGUAGES.items():
+        if language != "en":
+            pages = man_pages_of(man_dir / subdir)
+            if not pages:
+                raise BuildError(f"no {language} man pages in {man_dir / subdir}/man1..man8: install them with {install}")
+            translated |= {(page_name(path)[0], section) for section, path in pages}
+    stats: dict[str, dict[str, int]] = {}
+    texts: set[str] = set()  # English first: a description left untranslated is kept once, as English
+    rows = {language: _description_rows(man_dir / subdir, language, headings, translated if language == "en" else None,
+                                        texts, stats)
+            for language, (subdir, _, headings) in MAN_LANGUAGES.items()}
+
+    # a class's cap takes pages in one order (by hashed page name) in every language: mostly the same pages
+    by_class: dict[tuple[str, str], list[dict]] = {}
+    for language, by_page in rows.items():
+        for (_, section), row in sorted(by_page.items(), key=lambda kv: (_sha1_key(kv[0][0]), kv[0])):
+            by_class.setdefault((language, section), []).append(row)
+    kept = [row for class_rows in by_class.values() for row in class_rows[:MULTI_MAX_PER_CLASS]]
+    per_section = Counter(row["label"] for row in kept)
+    dropped = {s: n for s, n in sorted(per_section.items()) if n < MULTI_MIN_CLASS}
+    splits: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    for row in kept:
+        if row["label"] not in dropped:
+            splits[page_split(row["page"])].append(row)
+    if len({row["label"] for split_rows in splits.values() for row in split_rows}) < 2:
+        raise BuildError(f"fewer than two man sections with {MULTI_MIN_CLASS}+ pages: install {install}")
+    languages = list(MAN_LANGUAGES)
+    counts = {split: {language: dict(sorted(Counter(row["label"] for row in split_rows
+                                                    if row["language"] == language).items()))
+                      for language in languages} for split, split_rows in splits.items()}
+    return Task(
+        name="manpages-multilingual",
+        description="DESCRIPTION section of a man page in en, de, fr, es, ja or zh (troff markup removed, first "
+        f"{MAN_MAX_WORDS} words and {MULTI_MAX_CHARS} characters) -> its manual section, which a translation keeps, "
+        "so one label means the same in every language; English pages are those translated into another of the "
+        f"five; at most {MULTI_MAX_PER_CLASS} pages per language and section; 70/10/20 split by sha1 of the page "
+        "name, so a page and its translations share a split",
+        task_type="classification",
+        text_pair_column=None,
+        splits={split: sorted(split_rows, key=lambda row: (_sha1_key(row["text"]), row["id"]))
+                for split, split_rows in splits.items()},
+        sources=debian_versions(package for _, package, _ in MAN_LANGUAGES.values()),
+        extra={"group_column": "language", "languages": languages, "page_stats": stats,
+               "dropped_sections": dropped, "label_counts_per_language": counts},
+    )
+
+
+def _description_rows(directory: Path, language: str, headings: frozenset[str], only: set[tuple[str, str]] | None,
+                      texts: set[str], stats: dict[str, dict[str, int]]) -> dict[tuple[str, str], dict]:
+    """(page name, section) -> its row, for the pages of one language's directory with a description long
+    enough and not in `texts` yet (the texts kept so far, which it extends); `only`: those pages alone."""
+    counts = stats.setdefault(language, {"pages": 0, "unreadable": 0, "redirects": 0, "no_description": 0,
+                                         "too_short": 0, "untranslated": 0, "duplicates": 0})
+    found: dict[tuple[str, str], dict] = {}
+    for section, path in man_pages_of(directory):
+        page, _ = page_name(path)
+        if only is not None and (page, section) not in only:
+            continue
+        counts["pages"] += 1
+        try:
+            source = read_man_source(path)
+        except (OSError, EOFError, gzip.BadGzipFile):
+            counts["unreadable"] += 1
+            continue
+        if _is_redirect(source):
+            counts["redirects"] += 1
+            continue
+        text = man_description(source, MAN_MAX_WORDS, headings)
+        if text is None:
+            counts["no_description"] += 1
+            continue
+        text = text[:MULTI_MAX_CHARS].rstrip()
+        if text_units(text) < MULTI_MIN_UNITS:
+            counts["too_short"] += 1
+            continue
+        if language in CJK_LANGUAGES and cjk_share(text) < MULTI_MIN_CJK_SHARE:
+            counts["untranslated"] += 1
+            continue
+        if text in texts or (page, section) in found:
+            counts["duplicates"] += 1
+            continue
+        texts.add(text)
+        found[(page, section)] = {"text": text, "label": section, "language": language, "page": page,
+                                  "id": f"{language}/{path.relative_to(directory).as_posix()}"}
+    return found
 
 
 # ---------------------------------------------------------------------------------------- WordNet
@@ -1143,6 +1299,167 @@ def build_debian_sections(lists_dir: Path = APT_LISTS_DIR) -> Task:
     )
 
 
+# --------------------------------------------------------------------------------- Arabic messages
+
+# Six applications with a full Arabic translation in Debian, each a different kind of program (and
+# >= 900 messages of 3+ Arabic words): which one a message belongs to is a question about its
+# vocabulary (accounts and invoices, layers and brushes, mail and calendars...), the one pair close
+# in subject (GIMP and Krita, both painting programs) keeps it from being trivial. The label is the
+# package that ships the catalog, read from dpkg, not guessed.
+ARABIC_PACKAGES = {  # Debian package -> label
+    "cinnamon-l10n": "cinnamon",  # desktop shell, settings and the Nemo file manager
+    "evolution-common": "evolution",  # mail, calendar and contacts
+    "gimp-data": "gimp",  # image editor
+    "gnucash-common": "gnucash",  # accounting
+    "krita-l10n": "krita",  # painting
+    "vlc-l10n": "vlc",  # media player
+}
+ARABIC_CATALOG_DIR = "/usr/share/locale/ar/LC_MESSAGES/"
+ARABIC_MIN_WORDS = 3  # words holding an Arabic letter: one- and two-word labels ("Cancel") say little
+ARABIC_SHARED_RUN = 4  # messages sharing a run of this many words are near-duplicates: one split
+_ARABIC_LETTER_RE = re.compile(r"[\u0621-\u063f\u0641-\u064a\u0671-\u06d3]")  # letters, not tatweel (U+0640)
+_ARABIC_MARKS_RE = re.compile(r"[\u064b-\u0652\u0670\u0640]")  # harakat, superscript alef, tatweel
+_ARABIC_FOLD = str.maketrans({"أ": "ا", "إ": "ا", "آ": "ا", "ٱ": "ا", "ى": "ي", "ة": "ه"})
+# GTK marks a menu accelerator with "_" (after any letter but an identifier's), Qt with "&" (not an entity)
+_MNEMONIC_RE = re.compile(r"(?<![A-Za-z0-9_])_(?=[^\W\d_])|&(?![A-Za-z]+;|#\d+;)(?=[^\W\d_])")
+_MARKUP_RE = re.compile(r"</?[A-Za-z][^<>]*>")
+MO_MAGIC = 0x950412DE
+
+
+def read_mo(path: Path) -> list[tuple[str, str]]:
+    """The (msgid, msgstr) entries of a compiled gettext catalog (GNU .mo), the header's included. A plural
+    entry holds its forms joined by NUL, a context precedes its msgid and EOT, as in the file."""
+    data = path.read_bytes()
+    order = next((o for o in "<>" if len(data) >= 20 and struct.unpack(o + "I", data[:4])[0] == MO_MAGIC), None)
+    if order is None:
+        raise BuildError(f"{path}: not a gettext .mo catalog")
+    count, originals, translations = struct.unpack(order + "3I", data[8:20])
+
+    def strings(table: int) -> list[bytes]:
+        entries = [struct.unpack(order + "2I", data[table + 8 * i : table + 8 * i + 8]) for i in range(count)]
+        return [data[offset : offset + length] for length, offset in entries]
+
+    pairs = list(zip(strings(originals), strings(translations), strict=True))
+    header = next((msgstr for msgid, msgstr in pairs if msgid == b""), b"").decode("ascii", "replace")
+    charset = re.search(r"charset=([\w.-]+)", header)
+    encoding = charset.group(1) if charset and charset.group(1).upper() != "CHARSET" else "utf-8"
+    return [(msgid.decode(encoding), msgstr.decode(encoding)) for msgid, msgstr in pairs]
+
+
+def arabic_message_text(msgstr: str) -> str:
+    """A translation as a user reads it: its first (plural) form, accelerator markers, entities and markup
+    removed, whitespace collapsed. Diacritics and tatweel stay: normalising them is the tokenizer's choice."""
+    text = _MNEMONIC_RE.sub("", msgstr.split("\0")[0])
+    return " ".join(_MARKUP_RE.sub(" ", html.unescape(text)).split())
+
+
+def arabic_words(text: str) -> int:
+    return sum(1 for word in text.split() if _ARABIC_LETTER_RE.search(word))
+
+
+def comparison_words(text: str) -> list[str]:
+    """Words compared to find duplicates: diacritics and tatweel dropped, alef, yeh and teh marbuta forms
+    folded, digits, punctuation and format specifiers left out, Latin lower-cased."""
+    folded = _ARABIC_MARKS_RE.sub("", text).translate(_ARABIC_FOLD).lower()
+    return re.sub(r"[\W\d_]+", " ", folded).split()
+
+
+def catalogs_of(package: str, info_dir: Path = DPKG_INFO_DIR) -> list[Path]:
+    """The Arabic .mo files a package installed, from dpkg's file list, in path order."""
+    lists = sorted(info_dir.glob(f"{package}.list")) + sorted(info_dir.glob(f"{package}:*.list"))
+    if not lists:
+        raise BuildError(f"{package} is not installed (no {info_dir}/{package}.list): install it with "
+                         f"`apt-get install -y --no-install-recommends {' '.join(ARABIC_PACKAGES)}`")
+    files = {line for lst in lists for line in lst.read_text(encoding="utf-8").split("\n")
+             if line.startswith(ARABIC_CATALOG_DIR) and line.endswith(".mo")}
+    return [Path(p) for p in sorted(files) if Path(p).is_file()]
+
+
+def near_duplicate_groups(keys: Iterable[str], run: int = ARABIC_SHARED_RUN) -> dict[str, str]:
+    """key -> its group's smallest key, where two keys (space-joined comparison words) are in one group when
+    they share a run of `run` words, directly or through others (a message shorter than that is its own run)."""
+    parent: dict[str, str] = {}
+
+    def root(item: str) -> str:
+        while parent.setdefault(item, item) != item:
+            parent[item] = parent[parent[item]]
+            item = parent[item]
+        return item
+
+    keys = list(keys)
+    for key in keys:
+        words = key.split()
+        runs = [" ".join(words[i : i + run]) for i in range(len(words) - run + 1)] or [key]
+        for shared in runs:
+            a, b = root("k " + key), root("r " + shared)
+            if a != b:
+                parent[a] = b
+    members: dict[str, list[str]] = {}
+    for key in keys:
+        members.setdefault(root("k " + key), []).append(key)
+    return {key: min(group) for group in members.values() for key in group}
+
+
+def build_arabic_messages(info_dir: Path = DPKG_INFO_DIR) -> Task:
+    """An application's Arabic interface message -> which of six applications it comes from.
+
+    The text is a translator's Arabic, as written (harakat and tatweel included, which a quarter of the
+    messages carry), from the packages' own catalogs. A message whose words (compared without diacritics)
+    are in two applications is dropped, one in an application twice is kept once; messages that share a
+    run of four words are near-duplicates ("تعذر فتح الملف %s" / "تعذر فتح الملف: %s") and share a split,
+    80/10/10 by sha1 of their group.
+    """
+    stats = {"messages": 0, "too_few_arabic_words": 0, "duplicates": 0, "in_several_packages": 0}
+    found: dict[str, dict[str, dict]] = {}  # comparison key -> package -> row (first in catalog order)
+    for package, label in ARABIC_PACKAGES.items():
+        catalogs = catalogs_of(package, info_dir)
+        if not catalogs:
+            raise BuildError(f"{package} holds no Arabic catalog under {ARABIC_CATALOG_DIR}")
+        for catalog in catalogs:
+            for msgid, msgstr in sorted(read_mo(catalog)):
+                if not msgid:  # the header
+                    continue
+                stats["messages"] += 1
+                text = arabic_message_text(msgstr)
+                if arabic_words(text) < ARABIC_MIN_WORDS:
+                    stats["too_few_arabic_words"] += 1
+                    continue
+                key = " ".join(comparison_words(text))
+                if package in found.setdefault(key, {}):
+                    stats["duplicates"] += 1
+                    continue
+                english = msgid.split("\x04")[-1].split("\0")[0]
+                found[key][package] = {"text": text, "label": label, "source": english,
+                                       "id": f"{catalog.stem}/{_sha1_key(msgid)[:12]}"}
+    rows: dict[str, dict] = {}
+    for key, by_package in found.items():
+        if len(by_package) > 1:
+            stats["in_several_packages"] += len(by_package)
+        else:
+            rows[key] = next(iter(by_package.values()))
+    group_of = near_duplicate_groups(sorted(rows))
+    group_sizes = Counter(group_of.values())
+    splits: dict[str, list[dict]] = {split: [] for split in SPLITS}
+    for key, row in rows.items():
+        splits[split_of(group_of[key])].append(row)
+    stats["kept"] = len(rows)
+    return Task(
+        name="arabic-messages",
+        description="an Arabic interface message of one of six applications (its first plural form; accelerator "
+        "markers, entities and markup removed; diacritics and tatweel kept) -> the application; messages of "
+        f"{ARABIC_MIN_WORDS}+ Arabic words, unique without diacritics, those in two applications dropped; messages "
+        f"sharing a run of {ARABIC_SHARED_RUN} words are one group, 80/10/10 split by sha1 of the group",
+        task_type="classification",
+        text_pair_column=None,
+        splits={split: sorted(split_rows, key=lambda row: (_sha1_key(row["text"]), row["id"]))
+                for split, split_rows in splits.items()},
+        sources=debian_versions(ARABIC_PACKAGES),
+        extra={"message_stats": stats, "near_duplicate_groups": len(group_sizes),
+               "largest_group": max(group_sizes.values(), default=0),
+               "with_diacritics_or_tatweel": sum(bool(_ARABIC_MARKS_RE.search(row["text"])) for row in rows.values())},
+    )
+
+
 # ---------------------------------------------------------------------------------------- writing
 
 
@@ -1272,6 +1589,14 @@ def summary_line(task: Task, task_dir: Path, wrote: bool) -> str:
     else:
         values = [row["label"] for rows in task.splits.values() for row in rows]
         labels = f"label mean {sum(values) / len(values):.3f}, histogram {histogram(values)}"
+    group = task.extra.get("group_column")
+    if isinstance(group, str):  # the rows per group (language) and label, e.g. "en 1:150 3:29 ..."
+        per_group: dict[str, Counter] = {}
+        for rows in task.splits.values():
+            for row in rows:
+                per_group.setdefault(row[group], Counter())[row["label"]] += 1
+        labels += f"; per {group}: " + ", ".join(
+            f"{name} " + " ".join(f"{k}:{v}" for k, v in sorted(c.items())) for name, c in per_group.items())
     return f"{task.name}: {counts}; {labels} -> {task_dir} ({'written' if wrote else 'up to date'})"
 
 
@@ -1301,6 +1626,8 @@ def main(argv: list[str] | None = None) -> int:
                 graph = NounGraph(read_nouns(args.wordnet_dir))
             if name == "manpages":
                 task = build_manpages(args.man_dir, args.man_max_per_package)
+            elif name == "manpages-multilingual":
+                task = build_manpages_multilingual(args.man_dir)
             elif name == "wordnet-pairs":
                 task = build_wordnet_pairs(graph=graph)
             elif name == "wordnet-similarity":
@@ -1311,6 +1638,8 @@ def main(argv: list[str] | None = None) -> int:
                 task = build_wordnet_embedding(args.wordnet_dir)
             elif name == "wordnet-choice":
                 task = build_wordnet_choice(args.wordnet_dir)
+            elif name == "arabic-messages":
+                task = build_arabic_messages()
             else:
                 task = build_debian_sections()
             wrote = write_task(task, out_dir, force=args.force)

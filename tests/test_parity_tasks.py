@@ -44,6 +44,8 @@ EMBEDDING_KINDS = {"train": {"example": 38_843, "word": 165_521}, "validation": 
 REQUIRED_SOURCES = {
     Path("/usr/share/wordnet/data.noun"): "wordnet-base",
     Path("/usr/share/man/man7/man.7.gz"): "manpages",
+    **{Path(f"/usr/share/man/{directory}/man1/chmod.1.gz"): f"manpages-{language}"
+       for language, directory in (("de", "de"), ("fr", "fr"), ("es", "es"), ("ja", "ja"), ("zh", "zh_CN"))},
 }
 
 
@@ -51,7 +53,7 @@ bpt = load_repo_script("scripts/build_parity_tasks.py", "build_parity_tasks")
 
 
 def _task_names() -> list[str]:
-    names = ["manpages", *PAIR_TASKS, *TOKEN_TASKS, *EMBEDDING_TASKS, *CHOICE_TASKS]
+    names = ["manpages", "manpages-multilingual", *PAIR_TASKS, *TOKEN_TASKS, *EMBEDDING_TASKS, *CHOICE_TASKS]
     return [*names, "debian-sections"] if bpt.apt_lists_present() else names
 
 
@@ -179,6 +181,36 @@ def test_manpages_are_section_labelled_descriptions_of_20_to_200_words(tasks: di
     total = len(rows)
     assert total > 300
     assert abs(len(task["train"]) / total - 0.8) < 0.05 and abs(len(task["test"]) / total - 0.1) < 0.05
+
+
+def test_multilingual_manpages_split_by_page_in_six_languages_with_no_dominant_section(
+        tasks: dict[str, dict[str, Any]]) -> None:
+    task = tasks["manpages-multilingual"]
+    languages = ["en", "de", "fr", "es", "ja", "zh"]
+    assert task["meta"]["languages"] == languages and task["meta"]["group_column"] == "language"
+    pages = {split: {row["page"] for row in task[split]} for split in SPLITS}
+    assert not pages["train"] & pages["test"] and not pages["train"] & pages["validation"]
+    assert not pages["validation"] & pages["test"], "a page (or a translation of it) is in two splits"
+    for split in SPLITS:
+        assert {row["language"] for row in task[split]} == set(languages), split
+        for row in task[split]:
+            assert row["id"].startswith(f"{row['language']}/man{row['label']}/"), row["id"]
+            assert bpt.text_units(row["text"]) >= bpt.MULTI_MIN_UNITS and len(row["text"]) <= bpt.MULTI_MAX_CHARS
+    # real translations: the Japanese and Chinese rows are written in their scripts, the German in German
+    test = task["test"]
+    assert all(bpt.cjk_share(row["text"]) >= 0.3 for row in test if row["language"] in ("ja", "zh"))
+    german = " ".join(row["text"] for row in test if row["language"] == "de").split()
+    assert sum(word in ("die", "der", "und", "ist") for word in german) > len(german) // 50
+    # the same page in several languages: English pages are those with a translation
+    by_page = Counter(row["page"] for split in SPLITS for row in task[split])
+    assert sum(count >= 3 for count in by_page.values()) > 100
+    train = Counter(row["label"] for row in task["train"])
+    assert max(train.values()) / sum(train.values()) < 0.35, train  # the cap per language and section
+    per_language = task["meta"]["label_counts_per_language"]
+    for split in SPLITS:
+        for language in languages:
+            rows = [row for row in task[split] if row["language"] == language]
+            assert per_language[split][language] == dict(sorted(Counter(row["label"] for row in rows).items()))
 
 
 def test_wordnet_pairs_are_balanced_siblings_vs_same_lexfile_non_siblings(
@@ -520,6 +552,7 @@ def test_a_rebuild_is_byte_identical_and_an_unchanged_task_is_not_rewritten(
         ("--wordnet-dir", "wordnet-pairs", "wordnet-base"),
         ("--wordnet-dir", "supersense-tagging", "wordnet-base"),
         ("--man-dir", "manpages", "manpages"),
+        ("--man-dir", "manpages-multilingual", "manpages"),
     ],
 )
 def test_a_missing_source_is_a_one_line_error_naming_the_package_with_exit_code_2(
