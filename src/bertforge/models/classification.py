@@ -7,6 +7,7 @@ optional per-class weights for imbalanced labels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +71,7 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
         return output
 
     head_kind = "classification"
+    hf_suffixes = ("ForSequenceClassification",)
 
     @classmethod
     def for_head(cls, config: EncoderConfig, *, num_labels: int | None = None, problem_type: str = "classification",
@@ -80,6 +82,12 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
                                   "train file")
             num_labels = len(label_names)
         return cls(config, num_labels or 1, problem_type, label_names)
+
+    @classmethod
+    def options_from_hf(cls, hf_config: Any) -> dict[str, object]:
+        """Its labels, and regression where config.json says so or has one label (transformers' own rule)."""
+        regression = getattr(hf_config, "problem_type", None) == "regression" or hf_config.num_labels == 1
+        return labels_from_hf(hf_config) | {"problem_type": "regression" if regression else "classification"}
 
     def pooler_module(self) -> nn.Module | None:
         return self.head.pooler
@@ -98,6 +106,13 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
 
     def head_arguments(self) -> dict[str, object]:
         return {"num_labels": self.num_labels, "problem_type": self.problem_type, "label_names": self.label_names}
+
+
+def labels_from_hf(hf_config: Any) -> dict[str, object]:
+    """`num_labels` and `label_names` of a Hugging Face config (no names where they are transformers' LABEL_i)."""
+    names = [hf_config.id2label[i] for i in range(hf_config.num_labels)]
+    return {"num_labels": hf_config.num_labels,
+            "label_names": None if names == [f"LABEL_{i}" for i in range(len(names))] else names}
 
 
 def label_config(label_names: list[str] | None, num_labels: int) -> dict[str, object]:

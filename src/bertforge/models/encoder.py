@@ -220,6 +220,7 @@ class BertforgeModel(SavableModel, nn.Module):
                                        attention_mask))
 
     head_kind = "base"
+    hf_suffixes = ("Model",)
     output_name = "last_hidden_state"
 
     @classmethod

@@ -82,6 +82,7 @@ class BertforgeForPreTraining(SavableModel, nn.Module):
         return output
 
     head_kind = "pretraining"
+    hf_suffixes = ("ForPreTraining", "ForMaskedLM")  # masked LM + next-sentence prediction, masked LM alone
 
     @classmethod
     def for_head(cls, config: EncoderConfig, *, nsp: bool = False, **_: object) -> BertforgeForPreTraining:
@@ -90,6 +91,9 @@ class BertforgeForPreTraining(SavableModel, nn.Module):
     @property  # type: ignore[override]
     def output_name(self) -> str:  # BertForPreTraining's output names the MLM logits prediction_logits
         return "prediction_logits" if self.nsp else "logits"
+
+    def hf_suffix(self) -> str:
+        return "ForPreTraining" if self.nsp else "ForMaskedLM"
 
     def pooler_module(self) -> nn.Module | None:
         return self.nsp_head.pooler if self.nsp_head is not None else None

@@ -1,7 +1,8 @@
 """Hugging Face interop: import checkpoints of the supported families, export to stock `transformers` classes.
 
 Generic code over the family adapters (`models/families/`: one file per family with its config
-mapping both ways, weight-name tables, head tables and class names). An encoder whose switches
+mapping both ways, weight-name tables, head tables and class-name prefix) and the head classes (each
+says which HF class names hold it: `hf_suffixes`), so no kind or family is named here. An encoder whose switches
 match a family's is exported as that family's stock class, so users can ship it with no custom
 code; anything else (ALiBi, GLU with post-norm, ...) is exported in bertforge's own format with a
 message saying so.
@@ -35,9 +36,9 @@ from bertforge.models.families import (
     family_of_class,
     family_of_model_type,
 )
-from bertforge.models.families.family import HEAD_KINDS
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.serialization import (
+    MODEL_CLASSES,
     copy_tokenizer_files,
     save_bertforge_model,
     untied_state_dict,
@@ -49,10 +50,22 @@ from bertforge.special_tokens import special_token_ids
 
 BertforgeAny = (BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
                 | BertforgeForTokenClassification | BertforgeForEmbedding)
-TASKS = ("auto", *HEAD_KINDS)  # the heads HF classes hold
 
-# HF class -> the task it is imported as by default (task="auto")
-IMPORTABLE_CLASSES = {name: family.classes[name] for name, family in CLASS_FAMILY.items()}
+
+def hf_head_classes() -> list[type[BertforgeAny]]:
+    """The bertforge model classes some HF class holds: those with `hf_suffixes` (a head living in a task kind's
+    own module is among them once `bertforge.tasks.kinds` is imported)."""
+    return [cls for cls in MODEL_CLASSES.values() if getattr(cls, "hf_suffixes", ())]  # type: ignore[misc]
+
+
+def head_class_of(hf_class: str) -> type[BertforgeAny]:
+    """The bertforge model class an HF class imports as by default (task="auto"), read from its name."""
+    suffix = family_of_class(hf_class).head_suffix(hf_class)
+    found = next((cls for cls in hf_head_classes() if suffix in cls.hf_suffixes), None)
+    if found is None:
+        raise BertforgeError(f"no bertforge model class holds a {hf_class} (one a task kind defines is known once "
+                             "`bertforge.tasks.kinds` is imported)")
+    return found
 
 # ---------------------------------------------------------------------------------------------
 # which stock class fits
@@ -69,11 +82,7 @@ def hf_class_name(model: BertforgeAny) -> tuple[str | None, str]:
     family, reason = family_for_config(model.config)
     if family is None:
         return None, reason
-    hf_class, reason = family.class_for(model.head_kind, model)
-    if hf_class is not None and family.classes.get(hf_class) != model.head_kind:
-        # a family file written before this head kind existed answers with another kind's class
-        return None, f"bertforge knows no HF {family.name} class for a {model.head_kind.replace('_', '-')} head"
-    return hf_class, reason
+    return family.class_for(model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,15 +125,14 @@ def from_hf(hf_model: nn.Module, task: str = "auto", *, num_labels: int | None =
     they are listed at info level.
     """
     hf_class = type(hf_model).__name__
-    if hf_class not in IMPORTABLE_CLASSES:
-        raise BertforgeError(f"cannot import a {hf_class}; supported: {', '.join(IMPORTABLE_CLASSES)}")
+    family = family_of_class(hf_class)
     hf_config = hf_model.config
     source = f"{hf_class} ({getattr(hf_config, '_name_or_path', '') or 'in memory'})"
     config = encoder_config_from_hf(hf_config, source)
-    if task not in TASKS:
-        raise BertforgeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    task = IMPORTABLE_CLASSES[hf_class] if task == "auto" else task
-    family = family_of_class(hf_class)
+    tasks = ("auto", *(cls.head_kind for cls in hf_head_classes()))
+    if task not in tasks:
+        raise BertforgeError(f"unknown task {task!r}; choose one of {', '.join(tasks)}")
+    task = head_class_of(hf_class).head_kind if task == "auto" else task
     hf_state = hf_model.state_dict()
     # A bare model has no `bert.`/`model.` prefix; read it in the For* layout. (ElectraForPreTraining imports as a
     # base too, but keeps its encoder under `electra.` as every For* class does.)
@@ -144,20 +152,14 @@ def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.Pre
     from bertforge.models.loading import model_for_head
 
     family = family_of_class(hf_class)
-    if hf_class.endswith(("ForTokenClassification", "ForSequenceClassification")):  # config.json names its labels
-        if num_labels is None:
-            num_labels = hf_config.num_labels
-        if label_names is None:
-            names = [hf_config.id2label[i] for i in range(hf_config.num_labels)]
-            label_names = None if names == [f"LABEL_{i}" for i in range(len(names))] else names
-    if problem_type is None and hf_class.endswith("ForSequenceClassification"):
-        hf_problem = getattr(hf_config, "problem_type", None)
-        problem_type = "regression" if hf_problem == "regression" or hf_config.num_labels == 1 else "classification"
     if nsp is None:  # a checkpoint with an NSP head keeps it (BertForPreTraining); a masked-LM one has none
         nsp = any(key.startswith("nsp_head.") for key, _ in family.head_keys[hf_class])
+    given = {"num_labels": num_labels, "problem_type": problem_type, "label_names": label_names}
+    # what the checkpoint's own head says (a classifier's config.json names its labels), where the caller is silent
+    options = head_class_of(hf_class).options_from_hf(hf_config) | {
+        key: value for key, value in given.items() if value is not None}
     try:
-        return model_for_head(task).for_head(config, source_pooler=pooler, nsp=nsp, num_labels=num_labels,
-                                             problem_type=problem_type or "classification", label_names=label_names)
+        return model_for_head(task).for_head(config, source_pooler=pooler, nsp=nsp, **options)
     except ConfigError as error:
         raise BertforgeError(f"{hf_class} has no such head ({error}): give num_labels (or label names) for the "
                              "new head") from None
@@ -175,10 +177,9 @@ def _import_pairs(model: BertforgeAny) -> list[KeyPair]:
     if model.encoder_model() is model:  # a bare encoder
         bare = family.encoder_keys(model.config, model.pooler_module() is not None)
         return [family.in_head_layout(pair) for pair in bare]
-    kind = model.head_kind
-    hf_class, _ = family.class_for(kind, model)
-    if hf_class is None:  # no exact stock class: the family's class of the same head kind maps what it holds
-        hf_class = next((name for name, holds in family.classes.items() if holds == kind), None)
+    hf_class, _ = family.class_for(model)
+    if hf_class is None:  # no exact stock class: the family's class of the same head maps what it holds
+        hf_class = next((name for name in family.head_keys if family.head_suffix(name) in model.hf_suffixes), None)
     if hf_class is None:
         return [family.in_head_layout(pair) for pair in family.encoder_keys(model.config, False)]
     return family.key_pairs(model.config, hf_class)
@@ -230,13 +231,13 @@ def hf_architecture(directory: str | Path) -> str:
     config_path = Path(directory) / "config.json"
     hf_config = read_hf_config(directory)
     architectures = hf_config.get("architectures") or []
-    hf_class = next((name for name in architectures if name in IMPORTABLE_CLASSES), None)
+    hf_class = next((name for name in architectures if name in CLASS_FAMILY), None)
     family = next((f for f in FAMILIES.values() if f.model_type == hf_config.get("model_type")), None)
     if hf_class is None and family is not None:  # no architectures listed: the family's bare encoder
         hf_class = family.base_class()
     if hf_class is None:
         raise BertforgeError(f"{config_path}: architectures {architectures} are not supported; bertforge imports "
-                             f"{', '.join(IMPORTABLE_CLASSES)}")
+                             f"{', '.join(CLASS_FAMILY)}")
     return hf_class
 
 
@@ -309,8 +310,9 @@ def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels:
                              "gives; restore the config.json that came with the weights") from None
     if any(key.endswith("pooler.dense.weight") for key in loading["missing_keys"]):
         # transformers drew a pooler the checkpoint does not have: import none rather than that draw
-        owner = hf_model if IMPORTABLE_CLASSES[hf_class] == "base" else getattr(
-            hf_model, family_of_class(hf_class).encoder_prefix.rstrip("."), None)
+        family = family_of_class(hf_class)
+        owner = hf_model if hf_class == family.base_class() else getattr(
+            hf_model, family.encoder_prefix.rstrip("."), None)
         if owner is not None:
             owner.pooler = None
     return from_hf(hf_model, task, num_labels=num_labels, problem_type=problem_type, label_names=label_names,

@@ -58,11 +58,15 @@ class SavableModel:
 
     Each model class also says, in one place, what the loader and the HF exporter need to know about
     its head (so they look it up instead of branching on the class): `head_kind` (the key of
-    `loading.model_for_head` and of each family's class table), `for_head` (a fresh model of this kind on an
-    encoder config), `pooler_module`, `copy_head_from`, `hf_config_extras` and `output_name`.
+    `loading.model_for_head`), `hf_suffixes` (the HF classes that hold it, by name), `for_head` (a fresh model
+    of this kind on an encoder config), `options_from_hf`, `pooler_module`, `copy_head_from`, `hf_config_extras`
+    and `output_name`.
     """
 
-    head_kind: ClassVar[str] = ""  # base | pretraining | classification | token_classification | embedding
+    head_kind: ClassVar[str] = ""  # base | pretraining | classification | token_classification | embedding | ...
+    # how transformers ends the names of the classes holding this head, after the family's prefix (Bert +
+    # ForTokenClassification); the first is the one it exports as. Empty: no HF class holds it
+    hf_suffixes: ClassVar[tuple[str, ...]] = ()
     output_name: ClassVar[str] = "logits"  # the stock transformers output field that matches ours (ONNX export)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -83,6 +87,16 @@ class SavableModel:
         """A fresh model of this kind on `config`; `options` are the head's (labels, nsp, normalize, ...),
         and a class ignores the options of other kinds."""
         raise NotImplementedError
+
+    @classmethod
+    def options_from_hf(cls, hf_config: Any) -> dict[str, object]:
+        """The `for_head` options a Hugging Face checkpoint of one of this head's classes implies (its labels);
+        an import takes them where the caller gives none."""
+        return {}
+
+    def hf_suffix(self) -> str | None:
+        """The suffix of the HF class this model exports as (None: no HF class holds this head)."""
+        return self.hf_suffixes[0] if self.hf_suffixes else None
 
     @classmethod
     def source_overrides(cls, source: Any, path: Path, overrides: dict[str, object]) -> dict[str, object]:

@@ -10,13 +10,14 @@ then one linear layer — so the model exports to that stock class.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bertforge.errors import ConfigError
-from bertforge.models.classification import label_config
+from bertforge.models.classification import label_config, labels_from_hf
 from bertforge.models.config import EncoderConfig
 from bertforge.models.dropout import Dropout
 from bertforge.models.encoder import BertforgeModel, pack_inputs
@@ -70,6 +71,7 @@ class BertforgeForTokenClassification(SavableModel, nn.Module):
         return output
 
     head_kind = "token_classification"
+    hf_suffixes = ("ForTokenClassification",)
 
     @classmethod
     def for_head(cls, config: EncoderConfig, *, num_labels: int | None = None, label_names: list[str] | None = None,
@@ -78,6 +80,10 @@ class BertforgeForTokenClassification(SavableModel, nn.Module):
             raise ConfigError("a token classifier needs its tags: set finetune.labels or let them be read from the "
                               "train file")
         return cls(config, num_labels or len(label_names or []), label_names)
+
+    @classmethod
+    def options_from_hf(cls, hf_config: Any) -> dict[str, object]:
+        return labels_from_hf(hf_config)
 
     def _copy_own_head(self, source: BertforgeForTokenClassification) -> None:
         self.classifier.load_state_dict(source.classifier.state_dict())

@@ -215,6 +215,7 @@ class BertforgeForMultipleChoice(SavableModel, nn.Module):
     """Encoder + a one-output sequence head per (context, choice) pair, softmax over each question's pairs."""
 
     head_kind = "multiple_choice"
+    hf_suffixes = ("ForMultipleChoice",)
 
     def __init__(self, config: EncoderConfig):
         super().__init__()

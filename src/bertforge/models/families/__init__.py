@@ -17,7 +17,7 @@ FAMILIES: dict[str, ModelFamily] = {family.name: family for family in (
     distilbert.FAMILY, electra.FAMILY, mpnet.FAMILY)}
 
 # every HF class bertforge imports -> its family
-CLASS_FAMILY: dict[str, ModelFamily] = {name: family for family in FAMILIES.values() for name in family.classes}
+CLASS_FAMILY: dict[str, ModelFamily] = {name: family for family in FAMILIES.values() for name in family.head_keys}
 
 
 def family_of_model_type(model_type: str, source: str) -> ModelFamily:

@@ -19,6 +19,7 @@ from bertforge.models.families.family import (
     ModelFamily,
     activation_from_hf,
     build_with_optional_pooler,
+    common_unfit_reason,
     layered_keys,
     load_with_optional_pooler,
 )
@@ -71,21 +72,13 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
 }
-CLASSES = {"BertModel": "base", "BertForMaskedLM": "pretraining", "BertForPreTraining": "pretraining",
-           "BertForSequenceClassification": "classification", "BertForTokenClassification": "token_classification",
-           "BertForMultipleChoice": "multiple_choice"}
+POOLED_CLASSES = ("BertForSequenceClassification", "BertForMultipleChoice")  # their head reads the tanh pooler
 
 
 def unfit_reason(config: EncoderConfig) -> str:
-    if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
-        return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
-                "BERT's learned/gelu/post/bias")
-    if config.hf_model_type not in (None, "bert"):
-        return f"the model was imported as {config.hf_model_type}, not bert"
-    if config.local_attention_window is not None:
-        return "HF BERT has no local (sliding-window) attention"
-    if config.projects_embeddings or config.relative_attention_buckets:
-        return "HF BERT has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
+    reason = common_unfit_reason(config, "BERT", ("learned", "gelu", "post", True), model_types=(None, "bert"))
+    if reason:
+        return reason
     if config.type_vocab_size < 1:
         return "HF BERT needs token-type embeddings (type_vocab_size >= 1)"
     if config.position_offset:
@@ -93,17 +86,10 @@ def unfit_reason(config: EncoderConfig) -> str:
     return ""
 
 
-def class_for(kind: str, model: Any) -> tuple[str | None, str]:
-    if kind == "base":
-        return "BertModel", ""
-    if kind == "pretraining":
-        return ("BertForPreTraining" if model.nsp else "BertForMaskedLM"), ""
-    if kind == "token_classification":
-        return "BertForTokenClassification", ""
-    hf_class = "BertForMultipleChoice" if kind == "multiple_choice" else "BertForSequenceClassification"
-    if model.config.pooling != "pooler":
-        return None, f"HF {hf_class} always uses the tanh pooler, not pooling={model.config.pooling}"
-    return hf_class, ""
+def unfit_head(hf_class: str, model: Any) -> str:
+    if hf_class in POOLED_CLASSES and model.config.pooling != "pooler":
+        return f"HF {hf_class} always uses the tanh pooler, not pooling={model.config.pooling}"
+    return ""
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
@@ -123,16 +109,21 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
     )
 
 
+def bert_config_values(config: EncoderConfig, common: dict[str, object]) -> dict[str, object]:
+    """The keyword arguments of a `transformers` config in BERT's names, which the families built on BERT's
+    layers (RoBERTa, ELECTRA, MPNet, DeBERTa-v2) take too, with the settings every class shares (`common`)."""
+    return {"vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+            "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
+            "intermediate_size": config.intermediate_size, "hidden_act": OUR_TO_HF_ACTIVATION[config.activation],
+            "hidden_dropout_prob": config.hidden_dropout, "attention_probs_dropout_prob": config.attention_dropout,
+            "max_position_embeddings": config.max_position_embeddings, "layer_norm_eps": config.norm_eps,
+            "initializer_range": config.initializer_range} | common
+
+
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
-    return transformers.BertConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-        hidden_act=OUR_TO_HF_ACTIVATION[config.activation], hidden_dropout_prob=config.hidden_dropout,
-        attention_probs_dropout_prob=config.attention_dropout,
-        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
-        layer_norm_eps=config.norm_eps, initializer_range=config.initializer_range,
-        classifier_dropout=config.classifier_dropout, **common)
+    return transformers.BertConfig(type_vocab_size=config.type_vocab_size,
+                                   classifier_dropout=config.classifier_dropout, **bert_config_values(config, common))
 
 
 def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
@@ -140,7 +131,7 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 
 
 FAMILY = ModelFamily(
-    name="bert", model_type="bert", encoder_prefix="bert.", classes=CLASSES, head_keys=HEADS,
-    unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    name="bert", model_type="bert", hf_prefix="Bert", encoder_prefix="bert.", head_keys=HEADS,
+    unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     encoder_keys=encoder_keys, build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
 )

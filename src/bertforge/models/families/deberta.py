@@ -28,11 +28,12 @@ import transformers
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import DisentangledAttention, EncoderConfig
+from bertforge.models.families.bert import bert_config_values
 from bertforge.models.families.family import (
-    OUR_TO_HF_ACTIVATION,
     KeyPair,
     ModelFamily,
     activation_from_hf,
+    common_unfit_reason,
     fill,
 )
 
@@ -81,9 +82,7 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
 }
-CLASSES = {"DebertaV2Model": "base", "DebertaV2ForMaskedLM": "pretraining",
-           "DebertaV2ForSequenceClassification": "classification",
-           "DebertaV2ForTokenClassification": "token_classification", "DebertaV2ForMultipleChoice": "multiple_choice"}
+POOLED_CLASSES = ("DebertaV2ForSequenceClassification", "DebertaV2ForMultipleChoice")  # their head: the ContextPooler
 # the ContextPooler's pooler_hidden_act -> our pooling of the same dense + activation on the first token
 POOLER_ACTIVATION_TO_POOLING = {"gelu": "gelu_pooler", "relu": "relu_pooler", "tanh": "pooler"}
 POOLING_TO_POOLER_ACTIVATION = {pooling: act for act, pooling in POOLER_ACTIVATION_TO_POOLING.items()}
@@ -92,10 +91,10 @@ POOLING_TO_POOLER_ACTIVATION = {pooling: act for act, pooling in POOLER_ACTIVATI
 def unfit_reason(config: EncoderConfig) -> str:
     if config.disentangled_attention is None:
         return "HF DeBERTa-v2 attends with relative positions (disentangled_attention)"
-    if (config.mlp, config.norm, config.bias) != ("gelu", "post", True):
-        return f"mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF DeBERTa-v2's gelu/post/bias"
-    if config.local_attention_window is not None:
-        return "HF DeBERTa-v2 has no local (sliding-window) attention"
+    # its positions are learned, relative or both; an embedding projection gets its own line below
+    reason = common_unfit_reason(config, "DeBERTa-v2", (None, "gelu", "post", True), embedding_projection=True)
+    if reason:
+        return reason
     if config.position_offset:
         return "HF DeBERTa-v2 numbers positions from 0 (position_offset = 0)"
     if config.projects_embeddings:
@@ -103,24 +102,17 @@ def unfit_reason(config: EncoderConfig) -> str:
     return ""
 
 
-def class_for(kind: str, model: Any) -> tuple[str | None, str]:
-    if kind == "base":
-        if model.pooler is not None:
-            return None, "HF DebertaV2Model has no pooler"
-        return "DebertaV2Model", ""
-    if kind == "pretraining":
-        if model.nsp:
-            return None, "HF DeBERTa-v2 has no next-sentence-prediction head"
-        if not model.config.tie_word_embeddings:
-            return None, "HF DebertaV2ForMaskedLM decodes with the word embeddings (tie_word_embeddings true)"
-        return "DebertaV2ForMaskedLM", ""
-    if kind == "token_classification":
-        return "DebertaV2ForTokenClassification", ""
-    hf_class = "DebertaV2ForMultipleChoice" if kind == "multiple_choice" else "DebertaV2ForSequenceClassification"
-    if model.config.pooling not in POOLING_TO_POOLER_ACTIVATION:
-        return None, (f"HF {hf_class} pools with dense + activation on the first token "
-                      f"(pooling {', '.join(POOLING_TO_POOLER_ACTIVATION)}), not pooling={model.config.pooling}")
-    return hf_class, ""
+def unfit_head(hf_class: str, model: Any) -> str:
+    if hf_class == "DebertaV2Model" and model.pooler is not None:
+        return "HF DebertaV2Model has no pooler"
+    if hf_class == "DebertaV2ForPreTraining":
+        return "HF DeBERTa-v2 has no next-sentence-prediction head"
+    if hf_class == "DebertaV2ForMaskedLM" and not model.config.tie_word_embeddings:
+        return "HF DebertaV2ForMaskedLM decodes with the word embeddings (tie_word_embeddings true)"
+    if hf_class in POOLED_CLASSES and model.config.pooling not in POOLING_TO_POOLER_ACTIVATION:
+        return (f"HF {hf_class} pools with dense + activation on the first token "
+                f"(pooling {', '.join(POOLING_TO_POOLER_ACTIVATION)}), not pooling={model.config.pooling}")
+    return ""
 
 
 def _refuse(source: str, key: str, value: object, why: str) -> BertforgeError:
@@ -174,19 +166,13 @@ def config_to_hf(config: EncoderConfig, common: dict[str, object],
     relative = config.disentangled_attention
     assert relative is not None
     return transformers.DebertaV2Config(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-        hidden_act=OUR_TO_HF_ACTIVATION[config.activation], hidden_dropout_prob=config.hidden_dropout,
-        attention_probs_dropout_prob=config.attention_dropout,
-        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
-        layer_norm_eps=config.norm_eps, initializer_range=config.initializer_range,
-        relative_attention=True, position_biased_input=config.position == "learned",
+        type_vocab_size=config.type_vocab_size, relative_attention=True, position_biased_input=config.position == "learned",
         pos_att_type="|".join(relative.terms), position_buckets=relative.position_buckets or -1,
         max_relative_positions=relative.max_relative_positions, share_att_key=relative.share_att_key,
         norm_rel_ebd="layer_norm" if relative.norm_relative_embeddings else "none",
         pooler_hidden_size=config.hidden_size, pooler_dropout=0.0,
         pooler_hidden_act=POOLING_TO_POOLER_ACTIVATION.get(config.pooling, "gelu"),
-        cls_dropout=config.classifier_dropout, legacy=False, **common)
+        cls_dropout=config.classifier_dropout, legacy=False, **bert_config_values(config, common))
 
 
 def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
@@ -206,7 +192,7 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 
 
 FAMILY = ModelFamily(
-    name="deberta-v2", model_type="deberta-v2", encoder_prefix="deberta.", classes=CLASSES, head_keys=HEADS,
-    unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    name="deberta-v2", model_type="deberta-v2", hf_prefix="DebertaV2", encoder_prefix="deberta.", head_keys=HEADS,
+    unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     encoder_keys=encoder_keys,
 )

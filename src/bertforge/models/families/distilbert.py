@@ -20,6 +20,7 @@ from bertforge.models.families.family import (
     KeyPair,
     ModelFamily,
     activation_from_hf,
+    common_unfit_reason,
     fill,
 )
 
@@ -58,19 +59,12 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
     "DistilBertForTokenClassification": (("classifier.weight", "classifier.weight"),
                                          ("classifier.bias", "classifier.bias")),
 }
-CLASSES = {"DistilBertModel": "base", "DistilBertForMaskedLM": "pretraining",
-           "DistilBertForSequenceClassification": "classification",
-           "DistilBertForTokenClassification": "token_classification"}
 
 
 def unfit_reason(config: EncoderConfig) -> str:
-    if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
-        return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
-                "DistilBERT's learned/gelu/post/bias")
-    if config.local_attention_window is not None:
-        return "HF DistilBERT has no local (sliding-window) attention"
-    if config.projects_embeddings or config.relative_attention_buckets:
-        return "HF DistilBERT has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
+    reason = common_unfit_reason(config, "DistilBERT", ("learned", "gelu", "post", True))
+    if reason:
+        return reason
     if config.type_vocab_size != 0 or config.position_offset:
         return "HF DistilBERT has no token types and numbers positions from 0 (type_vocab_size = position_offset = 0)"
     if config.norm_eps != NORM_EPS:
@@ -78,21 +72,15 @@ def unfit_reason(config: EncoderConfig) -> str:
     return ""
 
 
-def class_for(kind: str, model: Any) -> tuple[str | None, str]:
-    if kind == "base":
-        if model.pooler is not None:
-            return None, "HF DistilBertModel has no pooler"
-        return "DistilBertModel", ""
-    if kind == "pretraining":
-        if model.nsp:
-            return None, "HF DistilBERT has no next-sentence-prediction head"
-        return "DistilBertForMaskedLM", ""
-    if kind == "token_classification":
-        return "DistilBertForTokenClassification", ""
-    if model.config.pooling != "relu_pooler":
-        return None, (f"HF DistilBertForSequenceClassification always uses pre_classifier+ReLU on [CLS] "
-                      f"(pooling=relu_pooler), not pooling={model.config.pooling}")
-    return "DistilBertForSequenceClassification", ""
+def unfit_head(hf_class: str, model: Any) -> str:
+    if hf_class == "DistilBertModel" and model.pooler is not None:
+        return "HF DistilBertModel has no pooler"
+    if hf_class == "DistilBertForPreTraining":
+        return "HF DistilBERT has no next-sentence-prediction head"
+    if hf_class == "DistilBertForSequenceClassification" and model.config.pooling != "relu_pooler":
+        return (f"HF DistilBertForSequenceClassification always uses pre_classifier+ReLU on [CLS] "
+                f"(pooling=relu_pooler), not pooling={model.config.pooling}")
+    return ""
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
@@ -128,7 +116,7 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 
 
 FAMILY = ModelFamily(
-    name="distilbert", model_type="distilbert", encoder_prefix="distilbert.", classes=CLASSES, head_keys=HEADS,
-    unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys,
+    name="distilbert", model_type="distilbert", hf_prefix="DistilBert", encoder_prefix="distilbert.",
+    head_keys=HEADS, unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf,
+    config_to_hf=config_to_hf, encoder_keys=encoder_keys,
 )

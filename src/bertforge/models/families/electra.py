@@ -22,9 +22,10 @@ import transformers
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
+from bertforge.models.families.bert import bert_config_values
 from bertforge.models.families.bert import config_from_hf as bert_config_from_hf
 from bertforge.models.families.bert import encoder_keys as bert_encoder_keys
-from bertforge.models.families.family import OUR_TO_HF_ACTIVATION, KeyPair, ModelFamily, fill
+from bertforge.models.families.family import BASE_SUFFIX, KeyPair, ModelFamily, common_unfit_reason, fill
 
 SUMMARY = ("first", True, "gelu")  # ElectraSequenceSummary's defaults: what gelu_pooler computes
 PROJECTION: tuple[KeyPair, ...] = (("embeddings.project.{kind}", "embeddings_project.{kind}"),)
@@ -52,44 +53,33 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
 }
-# ElectraModel first: it is the class a bare encoder exports as
-CLASSES = {"ElectraModel": "base", "ElectraForPreTraining": "base", "ElectraForMaskedLM": "pretraining",
-           "ElectraForSequenceClassification": "classification",
-           "ElectraForTokenClassification": "token_classification", "ElectraForMultipleChoice": "multiple_choice"}
+# the discriminator imports as its encoder: its replaced-token-detection head has no bertforge counterpart
+IMPORTS_AS = {"ElectraForPreTraining": BASE_SUFFIX}
+POOLED_CLASSES = ("ElectraForSequenceClassification", "ElectraForMultipleChoice")  # dense+GELU on [CLS]
 
 
 def unfit_reason(config: EncoderConfig) -> str:
     if config.hf_model_type != "electra" and not config.projects_embeddings:
         return "ELECTRA holds models imported from it or with narrower embeddings (embedding_size)"
-    if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
-        return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
-                "ELECTRA's learned/gelu/post/bias")
-    if config.local_attention_window is not None or config.relative_attention_buckets:
-        return "HF ELECTRA has no local attention and no relative position bias"
+    reason = common_unfit_reason(config, "ELECTRA", ("learned", "gelu", "post", True), embedding_projection=True)
+    if reason:
+        return reason
     if config.type_vocab_size < 1 or config.position_offset:
         return "HF ELECTRA needs token-type embeddings and numbers positions from 0"
     return ""
 
 
-def class_for(kind: str, model: Any) -> tuple[str | None, str]:
-    if kind == "base":
-        if model.pooler is not None:
-            return None, "HF ElectraModel has no pooler"
-        return "ElectraModel", ""
-    if kind == "pretraining":
-        if model.nsp:
-            return None, "HF ELECTRA has no next-sentence-prediction head"
-        if model.config.activation != "gelu":
-            return None, (f"HF ElectraForMaskedLM's generator head applies exact GELU, not "
-                          f"activation={model.config.activation}")
-        return "ElectraForMaskedLM", ""
-    if kind == "token_classification":
-        return "ElectraForTokenClassification", ""
-    hf_class = "ElectraForMultipleChoice" if kind == "multiple_choice" else "ElectraForSequenceClassification"
-    if model.config.pooling != "gelu_pooler":
-        return None, (f"HF {hf_class} always uses dense+GELU on [CLS] (pooling=gelu_pooler), "
-                      f"not pooling={model.config.pooling}")
-    return hf_class, ""
+def unfit_head(hf_class: str, model: Any) -> str:
+    if hf_class == "ElectraModel" and model.pooler is not None:
+        return "HF ElectraModel has no pooler"
+    if hf_class == "ElectraForPreTraining":  # the discriminator, not BERT's masked LM + next-sentence prediction
+        return "HF ELECTRA has no next-sentence-prediction head"
+    if hf_class == "ElectraForMaskedLM" and model.config.activation != "gelu":
+        return f"HF ElectraForMaskedLM's generator head applies exact GELU, not activation={model.config.activation}"
+    if hf_class in POOLED_CLASSES and model.config.pooling != "gelu_pooler":
+        return (f"HF {hf_class} always uses dense+GELU on [CLS] (pooling=gelu_pooler), "
+                f"not pooling={model.config.pooling}")
+    return ""
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
@@ -106,14 +96,10 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
     return transformers.ElectraConfig(
-        vocab_size=config.vocab_size, embedding_size=config.embedding_width, hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
-        intermediate_size=config.intermediate_size, hidden_act=OUR_TO_HF_ACTIVATION[config.activation],
-        hidden_dropout_prob=config.hidden_dropout, attention_probs_dropout_prob=config.attention_dropout,
-        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
-        layer_norm_eps=config.norm_eps, initializer_range=config.initializer_range,
+        embedding_size=config.embedding_width, type_vocab_size=config.type_vocab_size,
         classifier_dropout=config.classifier_dropout,
-        summary_last_dropout=config.effective_classifier_dropout, **common)  # ElectraForMultipleChoice's dropout
+        summary_last_dropout=config.effective_classifier_dropout,  # ElectraForMultipleChoice's dropout
+        **bert_config_values(config, common))
 
 
 def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
@@ -124,7 +110,7 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 
 
 FAMILY = ModelFamily(
-    name="electra", model_type="electra", encoder_prefix="electra.", classes=CLASSES, head_keys=HEADS,
-    unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys,
+    name="electra", model_type="electra", hf_prefix="Electra", encoder_prefix="electra.", head_keys=HEADS,
+    unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    encoder_keys=encoder_keys, imports_as=IMPORTS_AS,
 )

@@ -2,9 +2,15 @@
 
 A family is everything bertforge knows about one `transformers` architecture, in one place (as
 torchtitan keeps a state-dict adapter per model): the `model_type` it imports, its config mapped
-both ways, its weight names as tables, its heads (class name, weight names) and the quirks of
-building its stock model. `models/hf.py` is generic code over these records; adding a family is
-one file in this package plus its line in `FAMILIES` (`families/__init__.py`).
+both ways, its weight names as tables, its HF class-name prefix and the quirks of building its stock
+model. `models/hf.py` is generic code over these records; adding a family is one file in this
+package plus its line in `FAMILIES` (`families/__init__.py`).
+
+A family names no task kind: transformers names a class by family prefix + head suffix
+(`Bert` + `ForTokenClassification`), and each bertforge head class says which suffixes it is
+(`hf_suffixes`), so the head an HF class holds is read from its name. A family lists the classes it
+maps (its head tables) and its exceptions: a class that imports as another head (`imports_as`), and
+why one of its classes cannot hold a given model (`unfit_head`: BERT's pooled heads need the tanh pooler).
 
 Weight names are data: `(our key, HF key)` pairs, or `(our key, (HF q, k, v))` where our fused
 attention matrix is three HF matrices. Encoder tables are written as a bare encoder names them;
@@ -15,7 +21,7 @@ the For* class's own names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import transformers
@@ -26,9 +32,9 @@ from bertforge.models.config import EncoderConfig
 
 KeyPair = tuple[str, str | tuple[str, str, str]]
 
-# what a bertforge model is, for choosing its HF class: base | pretraining | classification | token_classification
-# | multiple_choice (a family without a class for a kind answers (None, why) from `class_for`)
-HEAD_KINDS = ("base", "pretraining", "classification", "token_classification", "multiple_choice")
+# transformers' name of every family's bare encoder: prefix + "Model" (BertModel); its other classes keep the
+# encoder under `encoder_prefix`
+BASE_SUFFIX = "Model"
 
 HF_TO_OUR_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                         "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -76,19 +82,53 @@ def load_with_optional_pooler(hf_class: str, pooler: bool) -> dict[str, object]:
     return {"add_pooling_layer": False} if hf_class.endswith("Model") and not pooler else {}
 
 
+def common_unfit_reason(config: EncoderConfig, title: str, switches: tuple[str | None, str, str, bool], *,
+                        model_types: tuple[str | None, ...] = (), local_attention: bool = False,
+                        embedding_projection: bool = False, relative_bias: bool = False) -> str:
+    """The lines every family checks, as users read them ("" when none applies), for a family's `unfit_reason`
+    to compose with its own: the encoder was imported as another family (`model_types`: the `hf_model_type`s
+    it takes, None for a model made here; empty: any); its position/mlp/norm/bias are not `switches`
+    (position None: any); it uses local attention, ELECTRA's embedding projection or MPNet's relative position
+    bias where HF `title` has none (the flags say which of them the family has)."""
+    if model_types and config.hf_model_type not in model_types:
+        wanted = next(name for name in model_types if name is not None)
+        return f"the model was imported as {config.hf_model_type or 'no Hugging Face type'}, not {wanted}"
+    position, mlp, norm, bias = switches
+    wanted_switches = [(name, value) for name, value in
+                       (("position", position), ("mlp", mlp), ("norm", norm), ("bias", bias)) if value is not None]
+    if any(getattr(config, name) != value for name, value in wanted_switches):
+        actual = ", ".join(f"{name}={getattr(config, name)}" for name, _ in wanted_switches)
+        expected = "/".join(("bias" if value else "no bias") if name == "bias" else str(value)
+                            for name, value in wanted_switches)
+        return f"{actual} is not HF {title}'s {expected}"
+    if config.local_attention_window is not None and not local_attention:
+        return f"HF {title} has no local (sliding-window) attention"
+    uses_projection = config.projects_embeddings and not embedding_projection
+    uses_bias = bool(config.relative_attention_buckets) and not relative_bias
+    if (uses_projection or uses_bias) and not (embedding_projection or relative_bias):
+        return f"HF {title} has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
+    if uses_projection:
+        return f"HF {title} has no embedding projection (ELECTRA's)"
+    if uses_bias:
+        return f"HF {title} has no relative position bias (MPNet's)"
+    return ""
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """One Hugging Face family; each field is a plain value or function of the family's own file."""
 
     name: str  # how bertforge names it (bert, modernbert)
     model_type: str  # config.json's `model_type`
+    hf_prefix: str  # its classes' names: prefix + a head's suffix (`Bert` + `ForMaskedLM`)
     encoder_prefix: str  # where its For* classes keep the encoder (`bert.`, `model.`)
-    classes: dict[str, str]  # HF class -> the head kind it holds, for every class bertforge imports
-    head_keys: dict[str, tuple[KeyPair, ...]]  # HF class -> its head's weights, in full
+    # HF class -> its head's weights, in full: every class bertforge imports and exports, and only those
+    head_keys: dict[str, tuple[KeyPair, ...]]
     # why an encoder's switches cannot be this family ("" when they can)
     unfit_reason: Callable[[EncoderConfig], str]
-    # the HF class for a model of this family of a head kind, or (None, why): (kind, model) -> (class, reason)
-    class_for: Callable[[str, Any], tuple[str | None, str]]
+    # why this family's HF class (named whether or not the family maps it) cannot hold this bertforge model exactly
+    # ("" when nothing of the family's own stands in the way): (HF class, model) -> reason
+    unfit_head: Callable[[str, Any], str]
     # `transformers` config -> ours (source names the checkpoint in errors)
     config_from_hf: Callable[[transformers.PretrainedConfig, str], EncoderConfig]
     # ours -> `transformers` config: (encoder config, settings every class shares, special token ids)
@@ -100,17 +140,35 @@ class ModelFamily:
         lambda cls, config, pooler: cls(config))
     # what `from_pretrained` must be told to build that same model from its directory: (class, pooler) -> kwargs
     load_arguments: Callable[[str, bool], dict[str, object]] = lambda hf_class, pooler: {}
+    # an HF class that imports as the head of another suffix than its name's (ELECTRA's discriminator: an encoder)
+    imports_as: dict[str, str] = field(default_factory=dict)
+
+    def base_class(self) -> str:
+        return self.hf_prefix + BASE_SUFFIX
+
+    def head_suffix(self, hf_class: str) -> str:
+        """The suffix of the bertforge head `hf_class` imports as (`ForMaskedLM`), from its name."""
+        return self.imports_as.get(hf_class, hf_class.removeprefix(self.hf_prefix))
+
+    def class_for(self, model: Any) -> tuple[str | None, str]:
+        """The HF class of this family that holds the bertforge `model` exactly, or (None, why none does): the
+        class named by the suffix the model exports as (`model.hf_suffix()`), if the family maps it as that head."""
+        suffix = model.hf_suffix()
+        hf_class = self.hf_prefix + suffix if suffix is not None else None
+        reason = self.unfit_head(hf_class, model) if hf_class is not None else ""
+        if reason:
+            return None, reason
+        if hf_class is None or hf_class not in self.head_keys or self.head_suffix(hf_class) != suffix:
+            return None, f"bertforge knows no HF {self.name} class for a {model.head_kind.replace('_', '-')} head"
+        return hf_class, ""
 
     def key_pairs(self, config: EncoderConfig, hf_class: str, *, pooler: bool = False) -> list[KeyPair]:
         """Every (our key, HF key) of `hf_class` for this encoder, in that class's own layout."""
         encoder = self.encoder_keys(config, pooler)
-        if self.classes[hf_class] != "base":  # a For* class keeps the encoder under a prefix, as our heads do
+        if hf_class != self.base_class():  # a For* class keeps the encoder under a prefix, as our heads do
             encoder = [prefixed(pair, "encoder.", self.encoder_prefix) for pair in encoder]
         return encoder + list(self.head_keys[hf_class])
 
     def in_head_layout(self, pair: KeyPair) -> KeyPair:
         """A bare encoder's pair with the HF key as a For* class names it (how imports read a bare model)."""
         return prefixed(pair, "", self.encoder_prefix)
-
-    def base_class(self) -> str:
-        return next(name for name, kind in self.classes.items() if kind == "base")

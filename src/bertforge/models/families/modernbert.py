@@ -20,6 +20,7 @@ from bertforge.models.families.family import (
     KeyPair,
     ModelFamily,
     activation_from_hf,
+    common_unfit_reason,
     fill,
 )
 
@@ -50,38 +51,29 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
 }
-CLASSES = {"ModernBertModel": "base", "ModernBertForMaskedLM": "pretraining",
-           "ModernBertForSequenceClassification": "classification"}
 
 
 def unfit_reason(config: EncoderConfig) -> str:
-    if (config.position, config.mlp, config.norm, config.bias) != ("rope", "geglu", "pre", False):
-        return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
-                "ModernBERT's rope/geglu/pre/no bias")
+    reason = common_unfit_reason(config, "ModernBERT", ("rope", "geglu", "pre", False), local_attention=True)
+    if reason:
+        return reason
     if config.type_vocab_size != 0:
         return "HF ModernBERT has no token-type embeddings (needs type_vocab_size = 0)"
-    if config.projects_embeddings or config.relative_attention_buckets:
-        return "HF ModernBERT has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
     return ""
 
 
-def class_for(kind: str, model: Any) -> tuple[str | None, str]:
-    if kind == "base":
-        if model.pooler is not None:
-            return None, "HF ModernBertModel has no BERT pooler"
-        return "ModernBertModel", ""
-    if kind == "pretraining":
-        if model.nsp:
-            return None, "HF ModernBERT has no next-sentence-prediction head"
-        return "ModernBertForMaskedLM", ""
-    if kind == "token_classification":
-        return None, "HF ModernBertForTokenClassification has a dense+norm head before its classifier"
-    pooling = model.config.pooling
-    if pooling == "last":
-        return None, "HF ModernBertForSequenceClassification pools with cls or mean, not the last token"
-    if pooling == "pooler":
-        return None, "HF ModernBertForSequenceClassification pools with cls or mean, not BERT's tanh pooler"
-    return "ModernBertForSequenceClassification", ""
+def unfit_head(hf_class: str, model: Any) -> str:
+    if hf_class == "ModernBertModel" and model.pooler is not None:
+        return "HF ModernBertModel has no BERT pooler"
+    if hf_class == "ModernBertForPreTraining":
+        return "HF ModernBERT has no next-sentence-prediction head"
+    if hf_class == "ModernBertForTokenClassification":  # not mapped: bertforge's tagger is one linear layer
+        return "HF ModernBertForTokenClassification has a dense+norm head before its classifier"
+    if hf_class == "ModernBertForSequenceClassification" and model.config.pooling == "last":
+        return "HF ModernBertForSequenceClassification pools with cls or mean, not the last token"
+    if hf_class == "ModernBertForSequenceClassification" and model.config.pooling == "pooler":
+        return "HF ModernBertForSequenceClassification pools with cls or mean, not BERT's tanh pooler"
+    return ""
 
 
 def _global_every_n(layer_types: list[str], source: str) -> tuple[bool, int | None]:
@@ -156,7 +148,7 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 
 
 FAMILY = ModelFamily(
-    name="modernbert", model_type="modernbert", encoder_prefix="model.", classes=CLASSES, head_keys=HEADS,
-    unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    name="modernbert", model_type="modernbert", hf_prefix="ModernBert", encoder_prefix="model.", head_keys=HEADS,
+    unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     encoder_keys=encoder_keys,
 )

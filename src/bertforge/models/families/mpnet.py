@@ -22,12 +22,13 @@ import transformers
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
+from bertforge.models.families.bert import bert_config_values
 from bertforge.models.families.family import (
-    OUR_TO_HF_ACTIVATION,
     KeyPair,
     ModelFamily,
     activation_from_hf,
     build_with_optional_pooler,
+    common_unfit_reason,
     layered_keys,
     load_with_optional_pooler,
 )
@@ -63,42 +64,30 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
                                ("head.pooler.dense.bias", "mpnet.pooler.dense.bias"),
                                ("head.classifier.weight", "classifier.weight"),
                                ("head.classifier.bias", "classifier.bias"))}
-CLASSES = {"MPNetModel": "base", "MPNetForMaskedLM": "pretraining",
-           "MPNetForSequenceClassification": "classification", "MPNetForTokenClassification": "token_classification",
-           "MPNetForMultipleChoice": "multiple_choice"}
+POOLED_CLASSES = ("MPNetForSequenceClassification", "MPNetForMultipleChoice")  # dense+tanh on <s>
 
 
 def unfit_reason(config: EncoderConfig) -> str:
     if config.relative_attention_buckets != BUCKETS:
         return f"HF MPNet has a relative position bias of {BUCKETS} buckets (relative_attention_buckets = {BUCKETS})"
-    if config.hf_model_type not in (None, "mpnet"):
-        return f"the model was imported as {config.hf_model_type}, not mpnet"
-    if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
-        return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
-                "MPNet's learned/gelu/post/bias")
-    if config.local_attention_window is not None or config.projects_embeddings:
-        return "HF MPNet has no local attention and no embedding projection"
+    reason = common_unfit_reason(config, "MPNet", ("learned", "gelu", "post", True), model_types=(None, "mpnet"),
+                                 relative_bias=True)
+    if reason:
+        return reason
     if config.type_vocab_size != 0 or config.position_offset != PADDING_IDX + 1:
         return (f"HF MPNet has no token types and numbers positions from {PADDING_IDX + 1} (type_vocab_size = 0, "
                 f"position_offset = {PADDING_IDX + 1})")
     return ""
 
 
-def class_for(kind: str, model: Any) -> tuple[str | None, str]:
-    if kind == "base":
-        return "MPNetModel", ""
-    if kind == "pretraining":
-        if model.nsp:
-            return None, "HF MPNet has no next-sentence-prediction head"
-        if model.config.activation != "gelu":
-            return None, f"HF MPNet's MLM head applies exact GELU, not activation={model.config.activation}"
-        return "MPNetForMaskedLM", ""
-    if kind == "token_classification":
-        return "MPNetForTokenClassification", ""
-    hf_class = "MPNetForMultipleChoice" if kind == "multiple_choice" else "MPNetForSequenceClassification"
-    if model.config.pooling != "pooler":
-        return None, f"HF {hf_class} always uses dense+tanh on <s>, not pooling={model.config.pooling}"
-    return hf_class, ""
+def unfit_head(hf_class: str, model: Any) -> str:
+    if hf_class == "MPNetForPreTraining":
+        return "HF MPNet has no next-sentence-prediction head"
+    if hf_class == "MPNetForMaskedLM" and model.config.activation != "gelu":
+        return f"HF MPNet's MLM head applies exact GELU, not activation={model.config.activation}"
+    if hf_class in POOLED_CLASSES and model.config.pooling != "pooler":
+        return f"HF {hf_class} always uses dense+tanh on <s>, not pooling={model.config.pooling}"
+    return ""
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
@@ -121,13 +110,8 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
     return transformers.MPNetConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-        hidden_act=OUR_TO_HF_ACTIVATION[config.activation], hidden_dropout_prob=config.hidden_dropout,
-        attention_probs_dropout_prob=config.attention_dropout,
-        max_position_embeddings=config.max_position_embeddings, layer_norm_eps=config.norm_eps,
-        initializer_range=config.initializer_range, relative_attention_num_buckets=BUCKETS,
-        bos_token_id=special_tokens.get("cls"), eos_token_id=special_tokens.get("sep"), **common)
+        relative_attention_num_buckets=BUCKETS, bos_token_id=special_tokens.get("cls"),
+        eos_token_id=special_tokens.get("sep"), **bert_config_values(config, common))
 
 
 def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
@@ -135,7 +119,7 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 
 
 FAMILY = ModelFamily(
-    name="mpnet", model_type="mpnet", encoder_prefix="mpnet.", classes=CLASSES, head_keys=HEADS,
-    unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    name="mpnet", model_type="mpnet", hf_prefix="MPNet", encoder_prefix="mpnet.", head_keys=HEADS,
+    unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     encoder_keys=encoder_keys, build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
 )

@@ -19,13 +19,14 @@ import transformers
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
+from bertforge.models.families.bert import bert_config_values, encoder_keys
 from bertforge.models.families.bert import config_from_hf as bert_config_from_hf
-from bertforge.models.families.bert import encoder_keys
 from bertforge.models.families.family import (
-    OUR_TO_HF_ACTIVATION,
+    BASE_SUFFIX,
     KeyPair,
     ModelFamily,
     build_with_optional_pooler,
+    common_unfit_reason,
     load_with_optional_pooler,
 )
 
@@ -58,63 +59,43 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 
 def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
     """The record of one of the three names of this graph: its model_type, class-name prefix and config class."""
-    classes = {f"{prefix}Model": "base", f"{prefix}ForMaskedLM": "pretraining",
-               f"{prefix}ForSequenceClassification": "classification",
-               f"{prefix}ForTokenClassification": "token_classification"}
-    heads = {f"{prefix}Model": (), f"{prefix}ForMaskedLM": MLM_HEAD,
+    heads = {prefix + BASE_SUFFIX: (), f"{prefix}ForMaskedLM": MLM_HEAD,
              f"{prefix}ForSequenceClassification": SEQUENCE_HEAD, f"{prefix}ForTokenClassification": TOKEN_HEAD}
     # an encoder remembers which name it was imported under; one made here (none recorded) is RoBERTa
     names = (None, model_type) if model_type == "roberta" else (model_type,)
 
     def unfit_reason(config: EncoderConfig) -> str:
-        if config.hf_model_type not in names:
-            return f"the model was imported as {config.hf_model_type or 'no Hugging Face type'}, not {model_type}"
-        if (config.position, config.mlp, config.norm, config.bias) != ("learned", "gelu", "post", True):
-            return (f"position={config.position}, mlp={config.mlp}, norm={config.norm}, bias={config.bias} is not HF "
-                    f"{prefix}'s learned/gelu/post/bias")
-        if config.local_attention_window is not None:
-            return f"HF {prefix} has no local (sliding-window) attention"
-        if config.projects_embeddings or config.relative_attention_buckets:
-            return f"HF {prefix} has no embedding projection (ELECTRA's) and no relative position bias (MPNet's)"
+        reason = common_unfit_reason(config, prefix, ("learned", "gelu", "post", True), model_types=names)
+        if reason:
+            return reason
         if config.position_offset < 1:
             return f"HF {prefix}'s positions start after the padding id (position_offset >= 1)"
         if config.type_vocab_size < 1:
             return f"HF {prefix} needs token-type embeddings (type_vocab_size >= 1)"
         return ""
 
-    def class_for(kind: str, model: Any) -> tuple[str | None, str]:
-        if kind == "base":
-            return f"{prefix}Model", ""
-        if kind == "pretraining":
-            if model.nsp:
-                return None, f"HF {prefix} has no next-sentence-prediction head"
-            if model.config.activation != "gelu":
-                return None, f"HF {prefix}'s MLM head applies exact GELU, not activation={model.config.activation}"
-            return f"{prefix}ForMaskedLM", ""
-        if kind == "token_classification":
-            return f"{prefix}ForTokenClassification", ""
-        if model.config.pooling != "pooler":
-            return None, (f"HF {prefix}ForSequenceClassification always uses dense+tanh on <s>, not "
-                          f"pooling={model.config.pooling}")
-        return f"{prefix}ForSequenceClassification", ""
+    def unfit_head(hf_class: str, model: Any) -> str:
+        if hf_class == f"{prefix}ForPreTraining":
+            return f"HF {prefix} has no next-sentence-prediction head"
+        if hf_class == f"{prefix}ForMaskedLM" and model.config.activation != "gelu":
+            return f"HF {prefix}'s MLM head applies exact GELU, not activation={model.config.activation}"
+        if hf_class == f"{prefix}ForSequenceClassification" and model.config.pooling != "pooler":
+            return (f"HF {prefix}ForSequenceClassification always uses dense+tanh on <s>, not "
+                    f"pooling={model.config.pooling}")
+        return ""
 
     def config_to_hf(config: EncoderConfig, common: dict[str, object],
                      special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
         # HF numbers positions from its pad id: it must be the one the encoder was trained with
         values = common | {"pad_token_id": config.position_offset - 1}
         return config_class(
-            vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-            num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-            hidden_act=OUR_TO_HF_ACTIVATION[config.activation], hidden_dropout_prob=config.hidden_dropout,
-            attention_probs_dropout_prob=config.attention_dropout,
-            max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
-            layer_norm_eps=config.norm_eps, initializer_range=config.initializer_range,
-            classifier_dropout=config.classifier_dropout, bos_token_id=special_tokens.get("cls"),
-            eos_token_id=special_tokens.get("sep"), **values)
+            type_vocab_size=config.type_vocab_size, classifier_dropout=config.classifier_dropout,
+            bos_token_id=special_tokens.get("cls"), eos_token_id=special_tokens.get("sep"),
+            **bert_config_values(config, values))
 
     return ModelFamily(
-        name=model_type, model_type=model_type, encoder_prefix="roberta.", classes=classes, head_keys=heads,
-        unfit_reason=unfit_reason, class_for=class_for, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+        name=model_type, model_type=model_type, hf_prefix=prefix, encoder_prefix="roberta.", head_keys=heads,
+        unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
         encoder_keys=encoder_keys, build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
     )
 
