@@ -16,7 +16,8 @@ from bertforge.models.config import PRESETS
 def test_every_preset_builds_a_valid_config_with_the_papers_shapes() -> None:
     assert set(PRESETS) == {"bert-tiny", "bert-mini", "bert-small", "bert-base", "bert-large", "mosaic-bert-base",
                             "modernbert-base", "crammed-bert", "roberta-base", "roberta-tiny",
-                            "deberta-v3-small", "deberta-v3-tiny"}
+                            "deberta-v3-small", "deberta-v3-tiny", "distilbert-base-multilingual-cased",
+                            "distilbert-tiny"}
     base = get_preset("bert-base")
     assert (base.hidden_size, base.num_layers, base.num_heads, base.intermediate_size) == (768, 12, 12, 3072)
     assert (base.position, base.mlp, base.norm, base.bias) == ("learned", "gelu", "post", True)

@@ -81,7 +81,7 @@ class RunSection:
 
 @dataclass
 class ModelSection:
-    preset: str = "bert-tiny"  # a named architecture (bert-tiny ... bert-large, mosaic-bert-base, modernbert-base, crammed-bert, roberta-base, roberta-tiny)
+    preset: str = "bert-tiny"  # a named architecture (bert-tiny ... bert-large, mosaic-bert-base, modernbert-base, crammed-bert, roberta-base, roberta-tiny, deberta-v3-small, deberta-v3-tiny, distilbert-base-multilingual-cased, distilbert-tiny)
     init_from: str | None = None  # a bertforge checkpoint / run dir or any Hugging Face BERT directory to start from
     tokenizer: str | None = None  # tokenizer directory (HF format); defaults to the one of the data or of init_from
     vocab_size: int | None = None  # overrides the preset; by default taken from the tokenizer, padded to x64
@@ -183,6 +183,7 @@ class ClassificationSettings:
 
     label_map: dict[str, str] = field(default_factory=dict)  # merge raw labels, e.g. {"1": negative, "5": positive}
     class_weights: list[float] = field(default_factory=list)  # per-class loss weights in label order; empty = none
+    group_column: str | None = None  # a column naming each row's group (e.g. language): <split>_results.json and the report give accuracy and the majority class per group
 
 
 @dataclass

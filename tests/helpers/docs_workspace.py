@@ -331,6 +331,41 @@ class Workspace:
         shutil.copy(REPO / "examples/tasks/bag_of_words.yaml", directory / "my.yaml")
         return directory
 
+    def make_multilingual_task(self, directory: Path) -> Path:
+        """`~/.cache/bertforge/tasks/manpages-multilingual/`: 8 / 2 / 4 rows per language of each split of the task
+        scripts/build_parity_tasks.py builds from the installed man pages."""
+        from helpers.scripts import load_repo_script
+
+        script = load_repo_script("scripts/build_parity_tasks.py", "build_parity_tasks")
+        task = script.build_manpages_multilingual()
+        for split, per_language in (("train", 8), ("validation", 2), ("test", 4)):
+            rows = [row for language in script.MAN_LANGUAGES
+                    for row in script._evenly_spaced([r for r in task.splits[split] if r["language"] == language],
+                                                     per_language)]
+            write_jsonl(directory / f"{split}.jsonl", rows)
+        return directory
+
+    def make_multilingual_tokenizer(self, directory: Path) -> Path:
+        """`runs/multilingual-tokenizer`: a cased WordPiece tokenizer of the task slice's train text."""
+        run_ok("tokenizer", "train", "--cased", "--input", str(self.item("multilingual-task") / "train.jsonl"),
+               "--text-field", "text", "--vocab-size", "1000", "--out", str(directory / "tokenizer"))
+        return directory / "tokenizer"
+
+    def make_multilingual_data(self, directory: Path) -> Path:
+        """`runs/multilingual-data`: the slice's train text prepared with `multilingual-tokenizer`."""
+        run_ok("prepare", "pretrain", "--input", str(self.item("multilingual-task") / "train.jsonl"), "--text-field",
+               "text", "--tokenizer", str(self.item("multilingual-tokenizer")), "--out", str(directory / "data"),
+               "--seq-len", "64", "--workers", "0")
+        return directory / "data"
+
+    def make_multilingual_pretrained(self, directory: Path) -> Path:
+        """`runs/multilingual-distilbert-pretrain`: configs/pretrain/multilingual-distilbert.yaml at 32 wide, 2 steps."""
+        run_ok("pretrain", str(REPO / "configs/pretrain/multilingual-distilbert.yaml"),
+               f"data.path={self.item('multilingual-data')}", f"run.output_dir={directory}", "run.name=pretrained",
+               "train.max_steps=2", "train.micro_batch_size=8", "train.global_batch_size=8", "data.validation_samples=4",
+               *TINY_SHAPE, *QUIET_TRAINING)
+        return directory / "pretrained"
+
     def make_glue(self, directory: Path) -> Path:
         """A GLUE-layout directory of WordNet stand-in tasks (tests/glue_layout.py), 300 train / 100 dev rows."""
         return self.fixture("glue_dir")

@@ -126,6 +126,7 @@ class LabeledDataset(torch.utils.data.Dataset):
         self.task_type = split.task_type
         self.label_names = list(split.label_names)
         self.source = split.source
+        self.groups, self.group_column = split.groups, split.group_column
         ids: list[np.ndarray] = []
         type_ids: list[np.ndarray] = []
         inputs: list[str] | list[tuple[str, str]] = (

@@ -90,6 +90,7 @@ class Columns:
     text: str = "text"
     text_pair: str | None = None
     label: str = "label"
+    group: str | None = None  # finetune.classification.group_column: metrics are also reported per value of it
 
 
 @dataclass
@@ -102,6 +103,14 @@ class LabeledSplit:
     text_pairs: list[str] | None
     labels: list[int] | list[float] | None  # None: read without labels (prediction input)
     label_names: list[str]  # class names in id order; empty for regression
+    groups: list[str] | None = None  # each row's value of `group_column` (e.g. its language), when one is set
+    group_column: str | None = None
+
+    @classmethod
+    def unlabeled(cls, source: str, texts: Sequence[str], text_pairs: Sequence[str] | None = None) -> LabeledSplit:
+        """Texts to run a model on, read without labels (predict's input, an export's check batch)."""
+        return cls(source, "classification", list(texts), list(text_pairs) if text_pairs is not None else None,
+                   None, [])
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -121,7 +130,8 @@ class LabeledSplit:
 
 
 # the column keys that live in a task kind's sub-section of finetune:
-KIND_SETTINGS = {"tokens_column": "tagging", "tags_column": "tagging", "negative_column": "embedding"}
+KIND_SETTINGS = {"tokens_column": "tagging", "tags_column": "tagging", "negative_column": "embedding",
+                 "group_column": "classification"}
 
 
 def setting_name(key: str, cli_flags: bool) -> str:
@@ -219,6 +229,8 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
         needed["text_pair_column"] = columns.text_pair
     if with_labels:
         needed["label_column"] = columns.label
+        if columns.group is not None:
+            needed["group_column"] = columns.group
     records = read_records(source, split=split, delimiter=delimiter, columns=list(needed.values()))
     _check_columns(records, needed, cli_flags)
 
@@ -226,6 +238,7 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
     pairs: list[str] | None = [] if columns.text_pair is not None else None
     raw_labels: list[Any] = []
     numbers: list[int] = []
+    groups: list[str] | None = [] if "group_column" in needed else None
     for number, row in records.rows:
         where = records.where(number)
         for config_key, column in needed.items():
@@ -238,6 +251,12 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
         if with_labels:
             raw_labels.append(row[columns.label])
             numbers.append(number)
+        if groups is not None:
+            group = label_key(row[columns.group])  # type: ignore[index]
+            if group is None:
+                raise DataError(f"{where}: no value in column {columns.group!r} "
+                                f"({setting_name('group_column', cli_flags)}); give every row its group")
+            groups.append(group)
     if not texts:
         raise DataError(f"{records.source}: no rows; the {split} split needs at least one example")
 
@@ -246,7 +265,7 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
     if task_type == "regression":
         targets = [_regression_target(v, columns.label, records.where(n)) for v, n in zip(raw_labels, numbers,
                                                                                          strict=True)]
-        return LabeledSplit(records.source, task_type, texts, pairs, targets, [])
+        return LabeledSplit(records.source, task_type, texts, pairs, targets, [], groups, columns.group)
 
     keys: list[str] = []
     for value, number in zip(raw_labels, numbers, strict=True):
@@ -262,7 +281,7 @@ def read_labeled_split(source: str | Path, *, task_type: str = "classification",
         if label_id is None:
             raise _unknown_label(records.where(number), value, key, label_set)
         ids.append(label_id)
-    return LabeledSplit(records.source, task_type, texts, pairs, ids, list(label_set.names))
+    return LabeledSplit(records.source, task_type, texts, pairs, ids, list(label_set.names), groups, columns.group)
 
 
 def _unknown_label(where: str, value: Any, key: str, label_set: LabelSet) -> DataError:
@@ -314,7 +333,8 @@ def load_labeled_data(section: FinetuneSection) -> LabeledData:
         raise ConfigError("finetune.train_file is not set; give a csv/tsv/jsonl/parquet file, a saved Hugging "
                           "Face dataset directory or a hub name")
     read = functools.partial(read_labeled_split, task_type=section.task_type, label_map=section.classification.label_map,
-                             columns=Columns(section.text_column, section.text_pair_column, section.label_column),
+                             columns=Columns(section.text_column, section.text_pair_column, section.label_column,
+                                             section.classification.group_column),
                              delimiter=section.delimiter)
     train = read(section.train_file, labels=_checked_label_config(section), split="train")
     origin = "finetune.labels" if section.labels else "the training data"

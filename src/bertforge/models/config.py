@@ -253,6 +253,13 @@ PRESETS: dict[str, dict[str, Any]] = {
                             max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
     "roberta-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512,
                             max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
+    # DistilBERT (distilbert-base-multilingual-cased's shape): BERT's post-norm layers, no token types, no pooler, the
+    # classifier on pre_classifier+ReLU; hf_model_type names the family its export is written as
+    "distilbert-base-multilingual-cased": _preset(vocab_size=119547, hidden_size=768, num_layers=6, num_heads=12,
+                                                  intermediate_size=3072, type_vocab_size=0, classifier_dropout=0.2,
+                                                  pooling="relu_pooler", hf_model_type="distilbert"),
+    "distilbert-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512, type_vocab_size=0,
+                               classifier_dropout=0.2, pooling="relu_pooler", hf_model_type="distilbert"),
     # DeBERTa-v3: no absolute positions, disentangled attention over 256 log buckets, no token types
     "deberta-v3-small": _preset(vocab_size=128128, hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072,
                                 type_vocab_size=0, norm_eps=1e-7, position="relative", pooling="gelu_pooler",

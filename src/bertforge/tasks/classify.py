@@ -156,6 +156,11 @@ class ClassificationTask(FinetuneTask):
         return evaluate_dataset(model, dataset, name, self.config.train.micro_batch_size)
 
     def show_report(self, report: EvaluationReport) -> None:
+        if report.per_group is not None:
+            from bertforge.tasks.metrics import per_group_table
+
+            console.print(per_group_table(report.per_group, report.group_column or "group",
+                                          title=f"{report.split}: per {report.group_column}"))
         if report.confusion is not None and len(report.label_names) <= PRINTED_CONFUSION_CLASSES:
             from bertforge.tasks.metrics import confusion_table, per_class_table
 

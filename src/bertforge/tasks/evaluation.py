@@ -25,9 +25,11 @@ from bertforge.errors import BertforgeError
 from bertforge.run_directory import evaluation_file_names
 from bertforge.tasks.metrics import (
     ClassReport,
+    GroupReport,
     compute_metrics,
     confusion_matrix,
     per_class_report,
+    per_group_report,
     save_confusion_matrix_png,
 )
 from bertforge.train.map_style import iterate_once
@@ -72,6 +74,8 @@ class EvaluationReport:
     confusion: np.ndarray | None  # counts[true, predicted]; None for regression
     subset: dict[str, Any] | None = None  # the validation rows that chose the checkpoint: ValidationSubset.describe()
     checkpoint: dict[str, Any] | None = None  # the weights scored, at the end of a run: Task.final_checkpoint
+    group_column: str | None = None  # finetune.classification.group_column, when set
+    per_group: list[GroupReport] | None = None  # accuracy and the majority class of each of its values, then `all`
 
     def to_json(self) -> dict[str, Any]:
         return {"split": self.split, "source": self.source, "task_type": self.task_type,
@@ -79,7 +83,9 @@ class EvaluationReport:
                 "per_class": [asdict(report) for report in self.per_class],
                 "confusion_matrix": self.confusion.tolist() if self.confusion is not None else None} | (
                     {"subset": self.subset} if self.subset is not None else {}) | (
-                    {"checkpoint": self.checkpoint} if self.checkpoint is not None else {})
+                    {"checkpoint": self.checkpoint} if self.checkpoint is not None else {}) | (
+                    {"per_group": {"column": self.group_column, "groups": [asdict(r) for r in self.per_group]}}
+                    if self.per_group is not None else {})
 
 
 def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -99,9 +105,12 @@ def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batc
     if task_type == "regression":
         return EvaluationReport(split, dataset.source, task_type, [], metrics, [], None)
     names = dataset.label_names
+    per_group = (per_group_report(predictions, labels.numpy(), dataset.groups, names)
+                 if dataset.groups is not None else None)
     return EvaluationReport(split, dataset.source, task_type, names, metrics,
                             per_class_report(predictions, labels.numpy(), names),
-                            confusion_matrix(predictions, labels.numpy(), num_classes=len(names)))
+                            confusion_matrix(predictions, labels.numpy(), num_classes=len(names)),
+                            group_column=dataset.group_column, per_group=per_group)
 
 
 def report_markdown(report: EvaluationReport) -> str:
@@ -114,6 +123,14 @@ def report_markdown(report: EvaluationReport) -> str:
     lines += ["| metric | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.4f} |" if name != "examples" else f"| examples | {int(value):,} |"
               for name, value in report.metrics.items()]
+    if report.per_group is not None:
+        lines += ["", f"## Per {report.group_column}", "",
+                  "The majority class is the group's most frequent true class in this data; its accuracy is what "
+                  "always answering it scores.", "",
+                  f"| {report.group_column} | examples | accuracy | majority class | majority accuracy |",
+                  "|---|---:|---:|---|---:|"]
+        lines += [f"| {r.name} | {r.examples:,} | {r.accuracy:.4f} | {r.majority_class} | {r.majority_accuracy:.4f} |"
+                  for r in report.per_group]
     if report.per_class:
         lines += ["", "## Per class", "", "| class | precision | recall | f1 | support |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {r.name} | {r.precision:.3f} | {r.recall:.3f} | {r.f1:.3f} | {r.support:,} |"

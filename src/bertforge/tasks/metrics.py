@@ -181,6 +181,47 @@ def per_class_report(predictions: Any, labels: Any, label_names: Sequence[str]) 
     return reports
 
 
+@dataclass(frozen=True)
+class GroupReport:
+    """Accuracy on the rows of one group (a language, a source), beside the constant answer's: its most
+    frequent true class in these rows and the accuracy of always giving it, the score to beat."""
+
+    name: str
+    examples: int
+    accuracy: float
+    majority_class: str
+    majority_accuracy: float
+
+
+def group_report(name: str, predictions: np.ndarray, labels: np.ndarray, label_names: Sequence[str]) -> GroupReport:
+    counts = np.bincount(labels, minlength=len(label_names))
+    majority = int(counts.argmax())  # ties go to the first class in label order
+    return GroupReport(name, len(labels), accuracy(predictions, labels), label_names[majority],
+                       _ratio(int(counts[majority]), len(labels)))
+
+
+def per_group_report(predictions: Any, labels: Any, groups: Sequence[str],
+                     label_names: Sequence[str]) -> list[GroupReport]:
+    """One `GroupReport` per group, in sorted order, then `all` for every row together."""
+    predicted, true = _as_class_ids(predictions), _as_values(labels).astype(np.int64)
+    _check_lengths(predicted, true)
+    if len(groups) != len(true):
+        raise ValueError(f"{len(groups)} groups for {len(true)} labels")
+    names = np.asarray(groups, dtype=object)
+    reports = [group_report(name, predicted[names == name], true[names == name], label_names)
+               for name in sorted(set(groups))]
+    return [*reports, group_report("all", predicted, true, label_names)]
+
+
+def per_group_table(reports: Sequence[GroupReport], column: str, title: str) -> Table:
+    table = Table(title=title)
+    for header in (column, "examples", "accuracy", "majority class", "majority accuracy"):
+        table.add_column(header, justify="left" if header in (column, "majority class") else "right")
+    for r in reports:
+        table.add_row(r.name, f"{r.examples:,}", f"{r.accuracy:.4f}", r.majority_class, f"{r.majority_accuracy:.4f}")
+    return table
+
+
 def per_class_table(reports: Sequence[ClassReport], title: str = "per-class metrics") -> Table:
     table = Table(title=title)
     table.add_column("class")
