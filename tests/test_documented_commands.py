@@ -140,7 +140,7 @@ RUNS: dict[str, Run] = {
     "pretrain configs/pretrain/multilingual-distilbert.yaml":
         Run({"runs/multilingual-data": "multilingual-data"}, f"{PRETRAIN} {TINY} data.validation_samples=4"),
     "finetune configs/finetune/multilingual-distilbert.yaml model.init_from=runs/multilingual-distilbert-pretrain "
-    "run.name=multilingual-distilbert-small optim.lr=5e-4":
+    "run.name=multilingual-distilbert-small optim.lr=5e-4 train.max_epochs=2":
         Run({**MULTILINGUAL_TASK, "runs/multilingual-distilbert-pretrain": "multilingual-pretrained"},
             f"{FINETUNE} train.max_epochs=null"),
     # a user's own task
