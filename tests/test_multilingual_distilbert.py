@@ -233,7 +233,8 @@ def test_a_missing_group_column_is_one_line_naming_the_file_and_the_key(
 
 @pytest.mark.parametrize("task_type", ["regression", "token_classification"])
 def test_a_group_column_is_refused_for_a_kind_that_does_not_read_it(task_type: str) -> None:
-    with pytest.raises(ConfigError, match="finetune.classification.group_column"):
+    with pytest.raises(ConfigError, match="finetune.classification.group_column` is set but only applies to "
+                                          "finetune.task_type=classification"):
         load_config(None, [f"finetune.task_type={task_type}", "finetune.classification.group_column=language"])
 
 
