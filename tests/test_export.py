@@ -18,8 +18,9 @@ from bertforge.data.labeled import LabeledDataset, collate_padded
 from bertforge.data.labels import LabeledSplit
 from bertforge.errors import BertforgeError
 from bertforge.export import export_model
-from bertforge.inference import load_model, prediction_rows
+from bertforge.inference import load_model
 from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
+from bertforge.tasks.classify import prediction_rows
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -35,7 +36,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
 
 
 def texts_split(texts: list[str]) -> LabeledSplit:
-    return LabeledSplit("texts", "classification", texts, None, None, [])
+    return LabeledSplit.unlabeled("texts", texts)
 
 
 def padded_batch(texts: list[str]) -> dict[str, torch.Tensor]:

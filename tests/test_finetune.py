@@ -19,8 +19,8 @@ from helpers.finetuning import (
 )
 
 from bertforge.data.bundled import supersense_labels
-from bertforge.inference import evaluate_file, load_model, prediction_rows, read_inputs
-from bertforge.tasks.classify import ClassificationTask
+from bertforge.inference import load_model, read_inputs
+from bertforge.tasks.classify import ClassificationTask, evaluate_file, prediction_rows
 
 
 @pytest.fixture(scope="module")

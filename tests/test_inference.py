@@ -14,9 +14,10 @@ from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, run_cli, supers
 
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
-from bertforge.inference import fill_mask, load_model, prediction_rows, read_inputs
+from bertforge.inference import fill_mask, load_model, read_inputs
 from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
 from bertforge.models.hf import export_hf
+from bertforge.tasks.classify import prediction_rows
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -220,7 +220,7 @@ def _padded_batch(loaded: LoadedModel, texts: tuple[str, ...], pairs: tuple[str,
         ids = torch.randint(5, loaded.model.config.vocab_size, (len(texts), max(lengths)), generator=generator)
         mask = (torch.arange(max(lengths)) < torch.tensor(lengths)[:, None]).long()
         return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-    split = LabeledSplit("export check", "classification", list(texts), list(pairs) if pairs else None, None, [])
+    split = LabeledSplit.unlabeled("export check", texts, pairs or None)
     dataset = LabeledDataset(split, loaded.tokenizer_dir, loaded.max_length)
     batch = collate_padded([dataset[i] for i in range(len(dataset))], pad_token_id=dataset.pad_token_id)
     return {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")}

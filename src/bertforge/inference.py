@@ -1,10 +1,10 @@
-"""Inference with a trained model: predict, evaluate, fill-mask — batched and unpadded.
+"""Inference with a trained model: loading it, reading what to run it on, writing rows; fill-mask.
 
-The same unpadded path as training: examples are tokenized once (`LabeledDataset`), batched by
-`collate_unpadded` and run through the packed encoder, so a batch of short texts costs its real
-tokens only. Any `MODEL` shape `bertforge.locate` understands works (run directory, final/,
-checkpoint, bertforge or Hugging Face directory). Outputs, metrics and the evaluation report come
-from `bertforge.tasks.evaluation`, which the fine-tuning task's final test evaluation uses too.
+What a model of each task kind predicts and how it is evaluated on a file live in that kind's own
+module (`tasks/classify.py`, `tasks/tagging.py`, `tasks/embedding.py`, `tasks/multiple_choice.py`),
+reached through its record (`bertforge.tasks.kinds`); they run the same unpadded path as training.
+Any `MODEL` shape `bertforge.locate` understands works (run directory, final/, checkpoint, bertforge
+or Hugging Face directory).
 """
 
 from __future__ import annotations
@@ -15,23 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from bertforge.console import log
-from bertforge.data.labeled import LabeledDataset
-from bertforge.data.labels import Columns, LabeledSplit, LabelSet, read_labeled_split
+from bertforge.data.labels import LabeledSplit
 from bertforge.errors import BertforgeError, DataError, first_line
 from bertforge.locate import ModelLocation, resolve_model, tokenizer_dir_for
 from bertforge.models.serialization import CORRUPT_FILE_MARKS, DAMAGED_WEIGHTS_ERRORS
-from bertforge.tasks.evaluation import (
-    DEFAULT_BATCH_SIZE,
-    EvaluationReport,
-    batches_of,
-    evaluate_dataset,
-    outputs_of,
-)
 
 if TYPE_CHECKING:
     from bertforge.config import FinetuneSection
@@ -63,12 +54,6 @@ class LoadedModel:
                                  "directory naming one; copy the tokenizer files into the model directory")
         return self.tokenizer_dir
 
-    def classifier(self) -> nn.Module:
-        """The sequence classifier this is (the model with a `problem_type`), else an error saying to fine-tune."""
-        if getattr(self.model, "problem_type", None) is None:
-            raise BertforgeError(f"{self.name} is a {type(self.model).__name__} without a classification head; "
-                                 "fine-tune it first (`bertforge finetune`) and use the fine-tuned model")
-        return self.model
 
 
 def kind_of_loaded(loaded: LoadedModel) -> TaskKind:
@@ -134,8 +119,7 @@ def texts_given(texts: Sequence[str], text_pairs: Sequence[str] | None = None,
     for number, text in enumerate([*texts, *(text_pairs or [])], start=1):
         if not text.strip():
             raise BertforgeError(f"{source}: text {number} is empty; give each --text / --text-pair some words")
-    pairs = list(text_pairs) if text_pairs is not None else None
-    return PredictionInputs(LabeledSplit(source, "classification", list(texts), pairs, None, []), None)
+    return PredictionInputs(LabeledSplit.unlabeled(source, texts, text_pairs), None)
 
 
 def read_prediction_inputs(source: str | Path, *, text_column: str = "text", text_pair_column: str | None = None,
@@ -172,7 +156,7 @@ def read_prediction_inputs(source: str | Path, *, text_column: str = "text", tex
             ids.append(_row_id(row.get(id_column), id_column, where))  # type: ignore[arg-type]
     if not texts:
         raise DataError(f"{records.source}: no rows; give at least one text")
-    return PredictionInputs(LabeledSplit(records.source, "classification", texts, pairs, None, []), ids)
+    return PredictionInputs(LabeledSplit.unlabeled(records.source, texts, pairs), ids)
 
 
 def _row_id(value: Any, column: str, where: str) -> str | int:
@@ -193,81 +177,6 @@ def with_ids(rows: list[dict[str, Any]], ids: Sequence[Any] | None) -> list[dict
     return [{"id": row_id} | row for row_id, row in zip(ids, rows, strict=True)]
 
 
-def prediction_rows(loaded: LoadedModel, split: LabeledSplit, batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
-    """One dict per input text: the label and its probability, all probabilities (or the regression value)."""
-    classifier = loaded.classifier()
-    dataset = LabeledDataset(split, loaded.tokenizer(), loaded.max_length)
-    logits, _ = outputs_of(classifier, batches_of(dataset, batch_size))
-    rows: list[dict[str, Any]] = []
-    names = classifier.label_names or [f"LABEL_{i}" for i in range(classifier.num_labels)]
-    probabilities = torch.softmax(logits, dim=-1) if classifier.problem_type == "classification" else None
-    for index, text in enumerate(split.texts):
-        row: dict[str, Any] = {"text": text}
-        if split.text_pairs is not None:
-            row["text_pair"] = split.text_pairs[index]
-        if probabilities is None:
-            row["score"] = float(logits[index, 0])
-        else:
-            best = int(probabilities[index].argmax())
-            row["label"] = names[best]
-            row["label_id"] = best
-            row["score"] = float(probabilities[index, best])
-            row["probabilities"] = {name: float(p) for name, p in zip(names, probabilities[index], strict=True)}
-        rows.append(row)
-    return rows
-
-
-@torch.no_grad()
-def entity_rows(loaded: LoadedModel, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
-    """One dict per text with its entities, each {entity_group, score, word, start, end} as
-    `transformers.pipeline("token-classification", aggregation_strategy="first")` gives them.
-
-    Words are the tokenizer's own (whitespace and punctuation split), each tagged by its first
-    sub-word, as the model was trained; an entity's score is the mean of its words' probabilities.
-    """
-    from seqeval.metrics.sequence_labeling import get_entities
-
-    from bertforge.batch import model_inputs
-    from bertforge.data.aligned import collate_tagged, first_pieces
-    from bertforge.data.labeled import bert_tokenizer
-
-    model = loaded.model
-    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
-    tokenizer = bert_tokenizer(loaded.tokenizer(), loaded.max_length)
-    rows: list[dict[str, Any]] = []
-    for begin in range(0, len(texts), batch_size):
-        chunk = list(texts[begin:begin + batch_size])
-        encodings = tokenizer.encode_batch(chunk)
-        starts = [first_pieces(encoding.word_ids) for encoding in encodings]
-        batch = collate_tagged([{"input_ids": np.asarray(encoding.ids, dtype=np.int32), "word_starts": first}
-                                for encoding, first in zip(encodings, starts, strict=True)])
-        probabilities = torch.softmax(model(**model_inputs(batch, extra=("rows",))).logits.float(), dim=-1)
-        scores, tag_ids = probabilities.max(dim=-1)
-        done = 0
-        for text, encoding, first in zip(chunk, encodings, starts, strict=True):
-            count = len(first)
-            tags = [names[i] for i in tag_ids[done:done + count].tolist()]
-            word_scores = scores[done:done + count].tolist()
-            done += count
-            spans = _word_spans(encoding.word_ids, encoding.offsets)
-            entities = []
-            for kind, first_word, last_word in get_entities(tags):
-                start, end = spans[first_word][0], spans[last_word][1]
-                entities.append({"entity_group": kind, "score": float(np.mean(word_scores[first_word:last_word + 1])),
-                                 "word": text[start:end], "start": start, "end": end})
-            rows.append({"text": text, "entities": entities})
-    return rows
-
-
-def _word_spans(word_ids: Sequence[int | None], offsets: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Each word's (first character, end character) in the text, in word order."""
-    spans: dict[int, tuple[int, int]] = {}
-    for word, (start, end) in zip(word_ids, offsets, strict=True):
-        if word is not None:
-            spans[word] = (spans[word][0], end) if word in spans else (start, end)
-    return [spans[word] for word in sorted(spans)]
-
-
 def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write rows as JSON lines under a staging name, then rename: never a half-written file."""
     from bertforge.output_guard import replace_file
@@ -278,73 +187,6 @@ def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     return replace_file(Path(path), write)
-
-
-# ---------------------------------------------------------------------------------------------
-# evaluate
-
-
-def evaluate_file(loaded: LoadedModel, data: str | Path, *, split: str = "evaluation", text_column: str = "text",
-                  text_pair_column: str | None = None, label_column: str = "label",
-                  label_map: dict[str, str] | None = None, delimiter: str | None = None,
-                  batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
-    """Read a labeled file against the model's own labels (an unknown label is an error naming its line)."""
-    from bertforge.locate import resolve_data_file
-
-    classifier = loaded.classifier()
-    task_type = classifier.problem_type
-    labels = None
-    if task_type == "classification":
-        names = classifier.label_names or [str(i) for i in range(classifier.num_labels)]
-        labels = LabelSet(names, origin=f"the model's labels ({loaded.name})")
-    labeled = read_labeled_split(resolve_data_file(str(data)) or str(data), task_type=task_type, labels=labels,
-                                 columns=Columns(text_column, text_pair_column, label_column), label_map=label_map,
-                                 delimiter=delimiter, split=split, cli_flags=True)
-    dataset = LabeledDataset(labeled, loaded.tokenizer(), loaded.max_length)
-    return evaluate_dataset(classifier, dataset, split, batch_size)
-
-
-def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = "evaluation",
-                         tokens_column: str = "tokens", tags_column: str = "tags",
-                         batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
-    """A token classifier on a tagged file read against the model's own tags (an unknown tag names its line)."""
-    from bertforge.data.aligned import TaggedDataset
-    from bertforge.data.tagged import read_tagged_split
-    from bertforge.locate import resolve_data_file
-    from bertforge.tasks.tagging import evaluate_tagged
-
-    model = loaded.model
-    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
-    tagged = read_tagged_split(resolve_data_file(str(data)) or str(data), names, tokens_column=tokens_column,
-                               tags_column=tags_column, origin=f"the model's tags ({loaded.name})",
-                               cli_flags=True)
-    dataset = TaggedDataset(tagged, loaded.tokenizer(), loaded.max_length)
-    return evaluate_tagged(model, dataset, split, batch_size)
-
-
-def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Path, *, split: str = "evaluation",
-                        text_column: str = "text", text_pair_column: str | None = None,
-                        negative_column: str | None = None, metric: str = "retrieval", label_column: str = "label",
-                        delimiter: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
-    """An embedding model on pairs: retrieval metrics, or (metric cosine) the correlation of cos(a, b) with scores."""
-    from bertforge.data.pairs import PairColumns, read_pair_split
-    from bertforge.locate import resolve_data_file
-    from bertforge.tasks.embedding import evaluate_pairs
-
-    if text_pair_column is None:
-        raise BertforgeError(f"{loaded.name} is an embedding model: it is scored on pairs; give --text-pair-column "
-                             "(the text relevant to --text-column's)")
-    columns = PairColumns(text_column, text_pair_column, negative=negative_column if metric == "retrieval" else None,
-                          score=label_column if metric == "cosine" else None)
-    pairs = read_pair_split(resolve_data_file(str(data)) or str(data), columns, delimiter=delimiter, split=split,
-                            cli_flags=True)
-    from bertforge.config import FinetuneSection
-
-    # the reported loss is MNRL at the run's similarity_scale (sentence-transformers' 20 for other models)
-    settings = (loaded.run_settings or FinetuneSection()).embedding
-    loss = "mnrl" if metric == "retrieval" else "cosine"
-    return evaluate_pairs(embedder, pairs, loaded.tokenizer(), loaded.max_length, split, loss,
-                          settings.similarity_scale, batch_size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,14 +26,25 @@ from bertforge.batch import model_inputs
 from bertforge.config import Config
 from bertforge.console import console, log
 from bertforge.data.labeled import LabeledDataset
-from bertforge.data.labels import LabeledData, LabeledSplit
+from bertforge.data.labels import Columns, LabeledData, LabeledSplit, LabelSet, read_labeled_split
 from bertforge.data.validation_subset import final_splits_with_validation
+from bertforge.errors import BertforgeError
 from bertforge.locate import resolve_model
-from bertforge.tasks.evaluation import EvaluationReport, classification_loss, evaluate_dataset, outputs_of
+from bertforge.tasks.evaluation import (
+    DEFAULT_BATCH_SIZE,
+    EvaluationReport,
+    batches_of,
+    classification_loss,
+    evaluate_dataset,
+    outputs_of,
+)
 from bertforge.tasks.finetune_base import FinetuneTask
 from bertforge.tasks.kinds.classification import KIND
 from bertforge.tasks.metrics import compute_metrics
 from bertforge.train.task import Batch, TaskData
+
+if TYPE_CHECKING:
+    from bertforge.inference import LoadedModel
 
 LOSS_UNIT = "examples"
 PRINTED_CONFUSION_CLASSES = 12  # larger confusion matrices go to the report file and the PNG only
@@ -192,3 +204,59 @@ def hint_sentence_transformers_pooling(path: Path) -> None:
                 f"that the classifier starts from (as transformers' BertForSequenceClassification does) was not "
                 f"trained with it. model.pooling={trained} usually fine-tunes much better (see docs/guide.md); it "
                 f"exports to bertforge's format instead of BertForSequenceClassification.")
+
+
+# ---------------------------------------------------------------------------------------------
+# a trained classifier on new text: `bertforge predict` and `bertforge evaluate`, through the kind's record
+
+
+def classifier_of(loaded: LoadedModel) -> nn.Module:
+    """The sequence classifier `loaded` holds (the model with a `problem_type`), else an error saying to fine-tune."""
+    if getattr(loaded.model, "problem_type", None) is None:
+        raise BertforgeError(f"{loaded.name} is a {type(loaded.model).__name__} without a classification head; "
+                             "fine-tune it first (`bertforge finetune`) and use the fine-tuned model")
+    return loaded.model
+
+
+def prediction_rows(loaded: LoadedModel, split: LabeledSplit, batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
+    """One dict per input text: the label and its probability, all probabilities (or the regression value)."""
+    classifier = classifier_of(loaded)
+    dataset = LabeledDataset(split, loaded.tokenizer(), loaded.max_length)
+    logits, _ = outputs_of(classifier, batches_of(dataset, batch_size))
+    rows: list[dict[str, Any]] = []
+    names = classifier.label_names or [f"LABEL_{i}" for i in range(classifier.num_labels)]
+    probabilities = torch.softmax(logits, dim=-1) if classifier.problem_type == "classification" else None
+    for index, text in enumerate(split.texts):
+        row: dict[str, Any] = {"text": text}
+        if split.text_pairs is not None:
+            row["text_pair"] = split.text_pairs[index]
+        if probabilities is None:
+            row["score"] = float(logits[index, 0])
+        else:
+            best = int(probabilities[index].argmax())
+            row["label"] = names[best]
+            row["label_id"] = best
+            row["score"] = float(probabilities[index, best])
+            row["probabilities"] = {name: float(p) for name, p in zip(names, probabilities[index], strict=True)}
+        rows.append(row)
+    return rows
+
+
+def evaluate_file(loaded: LoadedModel, data: str | Path, *, split: str = "evaluation", text_column: str = "text",
+                  text_pair_column: str | None = None, label_column: str = "label",
+                  label_map: dict[str, str] | None = None, delimiter: str | None = None,
+                  batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
+    """Read a labeled file against the model's own labels (an unknown label is an error naming its line)."""
+    from bertforge.locate import resolve_data_file
+
+    classifier = classifier_of(loaded)
+    task_type = classifier.problem_type
+    labels = None
+    if task_type == "classification":
+        names = classifier.label_names or [str(i) for i in range(classifier.num_labels)]
+        labels = LabelSet(names, origin=f"the model's labels ({loaded.name})")
+    labeled = read_labeled_split(resolve_data_file(str(data)) or str(data), task_type=task_type, labels=labels,
+                                 columns=Columns(text_column, text_pair_column, label_column), label_map=label_map,
+                                 delimiter=delimiter, split=split, cli_flags=True)
+    dataset = LabeledDataset(labeled, loaded.tokenizer(), loaded.max_length)
+    return evaluate_dataset(classifier, dataset, split, batch_size)

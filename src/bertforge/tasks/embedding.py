@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,7 @@ from bertforge.batch import model_inputs
 from bertforge.console import log
 from bertforge.data.pairs import PairData, PairDataset, PairSplit, collate_pairs, load_pair_data
 from bertforge.data.validation_subset import final_splits_with_validation
+from bertforge.errors import BertforgeError
 from bertforge.locate import resolve_model
 from bertforge.tasks.contrastive import (
     cosine_errors,
@@ -39,12 +41,15 @@ from bertforge.tasks.contrastive import (
     multiple_negatives_ranking,
     roles_of,
 )
-from bertforge.tasks.evaluation import EvaluationReport
+from bertforge.tasks.evaluation import DEFAULT_BATCH_SIZE, EvaluationReport
 from bertforge.tasks.finetune_base import FinetuneTask
 from bertforge.tasks.metrics import compute_metrics
 from bertforge.tasks.retrieval import RETRIEVAL_METRICS, retrieval_scores
 from bertforge.train.map_style import iterate_once
 from bertforge.train.task import Batch, StepRunner, TaskData
+
+if TYPE_CHECKING:
+    from bertforge.inference import LoadedModel
 
 TASK_TYPE = "embedding"
 LOSS_UNIT = "pairs"  # the cosine loss is averaged over the pairs of the global batch
@@ -174,3 +179,26 @@ def evaluate_pairs(model: nn.Module, split: PairSplit, tokenizer: Path, max_leng
     dataset = PairDataset(split, tokenizer, max_length)
     metrics = pair_metrics(model, iterate_once(dataset, collate_pairs, batch_size), split, embedding_loss, scale)
     return EvaluationReport(name, split.source, TASK_TYPE, [], metrics | {"examples": float(len(split))}, [], None)
+
+
+def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Path, *, split: str = "evaluation",
+                        text_column: str = "text", text_pair_column: str | None = None,
+                        negative_column: str | None = None, metric: str = "retrieval", label_column: str = "label",
+                        delimiter: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
+    """An embedding model on pairs: retrieval metrics, or (metric cosine) the correlation of cos(a, b) with scores."""
+    from bertforge.config import FinetuneSection
+    from bertforge.data.pairs import PairColumns, read_pair_split
+    from bertforge.locate import resolve_data_file
+
+    if text_pair_column is None:
+        raise BertforgeError(f"{loaded.name} is an embedding model: it is scored on pairs; give --text-pair-column "
+                             "(the text relevant to --text-column's)")
+    columns = PairColumns(text_column, text_pair_column, negative=negative_column if metric == "retrieval" else None,
+                          score=label_column if metric == "cosine" else None)
+    pairs = read_pair_split(resolve_data_file(str(data)) or str(data), columns, delimiter=delimiter, split=split,
+                            cli_flags=True)
+    # the reported loss is MNRL at the run's similarity_scale (sentence-transformers' 20 for other models)
+    settings = (loaded.run_settings or FinetuneSection()).embedding
+    loss = "mnrl" if metric == "retrieval" else "cosine"
+    return evaluate_pairs(embedder, pairs, loaded.tokenizer(), loaded.max_length, split, loss,
+                          settings.similarity_scale, batch_size)

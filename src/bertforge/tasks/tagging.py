@@ -11,7 +11,9 @@ the final test report use `seqeval`'s entity-level precision/recall/F1 (`tasks.e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,10 +26,13 @@ from bertforge.data.tagged import TaggedData, TaggedSplit, load_tagged_data
 from bertforge.data.validation_subset import final_splits_with_validation, rarest_entity_types
 from bertforge.locate import resolve_model
 from bertforge.tasks.entity_metrics import ENTITY_METRICS, entity_metrics, per_type_report, tag_sequences
-from bertforge.tasks.evaluation import EvaluationReport
+from bertforge.tasks.evaluation import DEFAULT_BATCH_SIZE, EvaluationReport
 from bertforge.tasks.finetune_base import FinetuneTask
 from bertforge.train.map_style import iterate_once
 from bertforge.train.task import Batch, TaskData
+
+if TYPE_CHECKING:
+    from bertforge.inference import LoadedModel
 
 LOSS_UNIT = "labeled_words"
 TASK_TYPE = "token_classification"
@@ -157,3 +162,73 @@ def evaluate_tagged(model: nn.Module, dataset: TaggedDataset, split: str, batch_
     entity_types = sorted({name.split("-", 1)[1] for name in dataset.tag_names if name != "O"})
     return EvaluationReport(split, dataset.source, TASK_TYPE, entity_types, metrics, per_type_report(gold, predicted),
                             None)
+
+
+# ---------------------------------------------------------------------------------------------
+# a trained tagger on new text: `bertforge predict` and `bertforge evaluate`, through the kind's record
+
+
+@torch.no_grad()
+def entity_rows(loaded: LoadedModel, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
+    """One dict per text with its entities, each {entity_group, score, word, start, end} as
+    `transformers.pipeline("token-classification", aggregation_strategy="first")` gives them.
+
+    Words are the tokenizer's own (whitespace and punctuation split), each tagged by its first
+    sub-word, as the model was trained; an entity's score is the mean of its words' probabilities.
+    """
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    from bertforge.data.aligned import first_pieces
+    from bertforge.data.labeled import bert_tokenizer
+
+    model = loaded.model
+    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
+    tokenizer = bert_tokenizer(loaded.tokenizer(), loaded.max_length)
+    rows: list[dict[str, Any]] = []
+    for begin in range(0, len(texts), batch_size):
+        chunk = list(texts[begin:begin + batch_size])
+        encodings = tokenizer.encode_batch(chunk)
+        starts = [first_pieces(encoding.word_ids) for encoding in encodings]
+        batch = collate_tagged([{"input_ids": np.asarray(encoding.ids, dtype=np.int32), "word_starts": first}
+                                for encoding, first in zip(encodings, starts, strict=True)])
+        probabilities = torch.softmax(model(**model_inputs(batch, extra=("rows",))).logits.float(), dim=-1)
+        scores, tag_ids = probabilities.max(dim=-1)
+        done = 0
+        for text, encoding, first in zip(chunk, encodings, starts, strict=True):
+            count = len(first)
+            tags = [names[i] for i in tag_ids[done:done + count].tolist()]
+            word_scores = scores[done:done + count].tolist()
+            done += count
+            spans = _word_spans(encoding.word_ids, encoding.offsets)
+            entities = []
+            for kind, first_word, last_word in get_entities(tags):
+                start, end = spans[first_word][0], spans[last_word][1]
+                entities.append({"entity_group": kind, "score": float(np.mean(word_scores[first_word:last_word + 1])),
+                                 "word": text[start:end], "start": start, "end": end})
+            rows.append({"text": text, "entities": entities})
+    return rows
+
+
+def _word_spans(word_ids: Sequence[int | None], offsets: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each word's (first character, end character) in the text, in word order."""
+    spans: dict[int, tuple[int, int]] = {}
+    for word, (start, end) in zip(word_ids, offsets, strict=True):
+        if word is not None:
+            spans[word] = (spans[word][0], end) if word in spans else (start, end)
+    return [spans[word] for word in sorted(spans)]
+
+
+def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = "evaluation",
+                         tokens_column: str = "tokens", tags_column: str = "tags",
+                         batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
+    """A token classifier on a tagged file read against the model's own tags (an unknown tag names its line)."""
+    from bertforge.data.tagged import read_tagged_split
+    from bertforge.locate import resolve_data_file
+
+    model = loaded.model
+    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
+    tagged = read_tagged_split(resolve_data_file(str(data)) or str(data), names, tokens_column=tokens_column,
+                               tags_column=tags_column, origin=f"the model's tags ({loaded.name})",
+                               cli_flags=True)
+    dataset = TaggedDataset(tagged, loaded.tokenizer(), loaded.max_length)
+    return evaluate_tagged(model, dataset, split, batch_size)

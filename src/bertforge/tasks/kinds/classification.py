@@ -35,7 +35,7 @@ def metric_names(section: FinetuneSection, data: Any) -> set[str]:
 
 
 def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
-    from bertforge.inference import evaluate_file
+    from bertforge.tasks.classify import evaluate_file
 
     if Path(args.data).suffix == ".txt":
         raise BertforgeError(f"{args.data}: a .txt file holds texts without labels; evaluate a csv/tsv/jsonl/"
@@ -48,7 +48,7 @@ def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
 
 
 def predict(loaded: LoadedModel, split: LabeledSplit, batch_size: int) -> list[dict[str, Any]]:
-    from bertforge.inference import prediction_rows
+    from bertforge.tasks.classify import prediction_rows
 
     return prediction_rows(loaded, split, batch_size)
 

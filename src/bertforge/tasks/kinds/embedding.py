@@ -36,7 +36,7 @@ def metric_names(section: FinetuneSection, data: Any) -> set[str]:
 
 def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
     """Retrieval of each query's text among all texts, or (--embedding-metric cosine) score correlation."""
-    from bertforge.inference import evaluate_pairs_file
+    from bertforge.tasks.embedding import evaluate_pairs_file
 
     embedder = model_of(loaded)
     assert embedder is not None

@@ -36,7 +36,7 @@ def metric_names(section: FinetuneSection, data: Any) -> set[str]:
 
 def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
     """seqeval's entity-level precision/recall/F1, word accuracy and the per-type table."""
-    from bertforge.inference import evaluate_tagged_file
+    from bertforge.tasks.tagging import evaluate_tagged_file
 
     return evaluate_tagged_file(loaded, args.data, split=args.split_name, tokens_column=args.tokens_column,
                                 tags_column=args.tags_column, batch_size=args.batch_size)
@@ -44,7 +44,7 @@ def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
 
 def predict(loaded: LoadedModel, split: LabeledSplit, batch_size: int) -> list[dict[str, Any]]:
     """Entities with their character spans and scores per text."""
-    from bertforge.inference import entity_rows
+    from bertforge.tasks.tagging import entity_rows
 
     if split.text_pairs is not None:
         raise BertforgeError(f"{loaded.name} tags single texts; drop --text-pair-column / --text-pair")
