@@ -47,10 +47,12 @@ demo: install
 # each worker's torch on one thread: the tests' models are tiny, so two single-threaded workers do
 # about twice the work of one two-threaded process, which spends its time in thread hand-offs.
 # Tests that launch torchrun get one thread per rank anyway (torchrun's own default).
+# Files with `slow` tests are handed out first (tests/helpers/suite_order.py), so no long file starts
+# last with the other worker idle; --no-loadscope-reorder keeps that order.
 TEST_WORKERS ?= 2
 
 test: install-dev sample-sources
-	@BERTFORGE_STRICT_TESTS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	@BERTFORGE_STRICT_TESTS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests; the suite must never be empty"; exit 1; fi; \
 	exit $$rc
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from helpers.suite_order import files_with_slow_tests_first
 
 if TYPE_CHECKING:
     from glue_layout import Expected
@@ -73,6 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if cuda_items and not cuda_available():
         for item in cuda_items:
             item.add_marker(pytest.mark.skip(reason=NO_CUDA_REASON))
+    items[:] = files_with_slow_tests_first(items)
 
 
 def cuda_available() -> bool:
