@@ -12,7 +12,8 @@ SIZES = {"pretrain_steps": "pre-training steps", "seq_len": "tokens per pre-trai
          "train_rows": "supersense training examples used for fine-tuning",
          "validation_rows": "supersense validation examples (they choose the best checkpoint)",
          "test_rows": "supersense test examples", "finetune_epochs": "fine-tuning epochs of the tiny models",
-         "minilm_epochs": "fine-tuning epochs of all-MiniLM-L6-v2"}
+         "minilm_epochs": "fine-tuning epochs of all-MiniLM-L6-v2 (0 skips that comparison)"}
+OPTIONAL_STAGES = {"minilm_epochs"}  # sizes that may be 0: the stage is skipped
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,8 +56,9 @@ def plan_of(args: argparse.Namespace) -> QuickstartPlan:
     for field in SIZES:
         value = getattr(args, field)
         if value is not None:
-            if value < 1:
-                raise BertforgeError(f"--{field.replace('_', '-')} must be at least 1")
+            least = 0 if field in OPTIONAL_STAGES else 1
+            if value < least:
+                raise BertforgeError(f"--{field.replace('_', '-')} must be at least {least}")
             changes[field] = value
     if args.seed is not None:
         changes["seed"] = args.seed
