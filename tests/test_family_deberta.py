@@ -163,6 +163,21 @@ def test_what_bertforge_cannot_run_exactly_is_refused_in_one_line(overrides: dic
     assert "\n" not in str(error.value)
 
 
+def test_an_encoder_with_mpnets_relative_bias_is_not_exported_as_deberta() -> None:
+    """The families' common check: DeBERTa-v2 has no place for MPNet's bias, which an export would drop."""
+    from bertforge.models.config import EncoderConfig
+    from bertforge.models.families import family_for_config
+
+    config = EncoderConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                           max_position_embeddings=64, position="relative", pooling="gelu_pooler",
+                           disentangled_attention=DisentangledAttention(terms=("c2p", "p2c"), position_buckets=8,
+                                                                        max_relative_positions=16),
+                           relative_attention_buckets=32)
+    family, reason = family_for_config(config)
+    assert family is None
+    assert reason.startswith("HF DeBERTa-v2 has no relative position bias (MPNet's); ")
+
+
 # ---------------------------------------------------------------------------------------------
 # the deberta-v3 presets: pre-trained from scratch (MLM only, no token types), exported to the stock class
 

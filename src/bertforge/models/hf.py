@@ -67,6 +67,7 @@ def head_class_of(hf_class: str) -> type[BertforgeAny]:
                              "`bertforge.tasks.kinds` is imported)")
     return found
 
+
 # ---------------------------------------------------------------------------------------------
 # which stock class fits
 
