@@ -140,9 +140,13 @@ RUNS: dict[str, Run] = {
     "pretrain configs/pretrain/multilingual-distilbert.yaml":
         Run({"runs/multilingual-data": "multilingual-data"}, f"{PRETRAIN} {TINY} data.validation_samples=4"),
     "finetune configs/finetune/multilingual-distilbert.yaml model.init_from=runs/multilingual-distilbert-pretrain "
-    "run.name=multilingual-distilbert-small optim.lr=5e-4 train.max_epochs=2":
+    "run.name=multilingual-distilbert-small optim.lr=1e-3":
         Run({**MULTILINGUAL_TASK, "runs/multilingual-distilbert-pretrain": "multilingual-pretrained"},
             f"{FINETUNE} train.max_epochs=null"),
+    "finetune configs/finetune/multilingual-distilbert.yaml model.init_from=null model.preset=distilbert-tiny "
+    "model.tokenizer=runs/multilingual-tokenizer run.name=multilingual-distilbert-scratch optim.lr=1e-3":
+        Run({**MULTILINGUAL_TASK, "runs/multilingual-tokenizer": "multilingual-tokenizer"},
+            f"{FINETUNE} {TINY} train.max_epochs=null"),
     # a user's own task
     "train --task examples/tasks/bag_of_words.py:BagOfWordsSupersense examples/tasks/bag_of_words.yaml":
         Run(shrink=f"train.max_steps=2 {QUIET}"),
