@@ -98,6 +98,23 @@ def test_berts_accent_stripping_the_uncased_default_also_drops_the_hamza(corpus:
     assert all(ids(default, a) != ids(default, b) for a, b in TATWEEL)  # tatweel is no combining mark
 
 
+def test_training_warns_where_the_uncased_default_strips_a_hamza(corpus: Path, caplog: pytest.LogCaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from bertforge.console import log
+    from bertforge.data.tokenizer import train_wordpiece
+
+    monkeypatch.setattr(log, "handlers", [caplog.handler])  # the CLI's logger does not propagate: read it here
+    texts = corpus.read_text(encoding="utf-8").split("\n\n")
+    train_wordpiece(texts, vocab_size=200)
+    hamzas = sum(text.count(letter) for text in texts for letter in "أإآؤئ")
+    assert f"removes the hamza or madda of {hamzas} Arabic letters" in caplog.text
+    caplog.clear()
+    train_wordpiece(texts, vocab_size=200, normalize=("arabic-diacritics", "tatweel"), strip_accents=False)
+    train_wordpiece(texts, vocab_size=200, lowercase=False)
+    train_wordpiece(["the accents of café are stripped"] * 4, vocab_size=200)  # no Arabic: nothing to say
+    assert "hamza" not in caplog.text
+
+
 def test_lower_casing_leaves_arabic_as_it_is_when_accents_are_kept(corpus: Path, tmp_path: Path) -> None:
     uncased = train(corpus, tmp_path / "uncased", "wordpiece", "--uncased", "--keep-accents")
     cased = train(corpus, tmp_path / "cased", "wordpiece", "--cased")

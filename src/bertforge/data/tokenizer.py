@@ -155,7 +155,9 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, lowercase: bool = 
     # the trainer keeps every character it saw, beyond vocab_size if need be: a corpus with thousands of
     # distinct characters (CJK, emoji) gave 3,072 tokens for --vocab-size 2048 and no word of it. The
     # alphabet is capped at half the vocabulary; rarer characters become [UNK], as in BERT's own vocab.
-    alphabet, continuations = _alphabet_of(texts, tokenizer, limit=vocab_size // 2)
+    raw_counts = np.zeros(_UNICODE_SIZE, dtype=np.int64)
+    alphabet, continuations = _alphabet_of(texts, tokenizer, limit=vocab_size // 2, raw_counts=raw_counts)
+    _warn_if_the_hamza_is_stripped(tokenizer.normalizer, raw_counts)
     # HF's trainer numbers each "##c" in the order it meets it in a hash map, which changes every process, and
     # breaks ties between merges of equal count by those numbers: the vocabulary's order, and at large sizes the
     # vocabulary itself, differed between two runs on the same input (tokenizers issue #1794). Registering the
@@ -194,9 +196,11 @@ _UNICODE_SIZE = 0x110000
 _CHUNK_CHARS = 1 << 20
 
 
-def _alphabet_of(texts: Iterable[str], tokenizer: Tokenizer, *, limit: int) -> tuple[list[str], list[str]]:
+def _alphabet_of(texts: Iterable[str], tokenizer: Tokenizer, *, limit: int,
+                 raw_counts: np.ndarray | None = None) -> tuple[list[str], list[str]]:
     """The characters the trainer would keep (the `limit` most frequent, ties by code point) and those of them
-    that continue a word somewhere (their ## forms), both in code-point order.
+    that continue a word somewhere (their ## forms), both in code-point order. `raw_counts` (int64, one per
+    code point), when given, receives the count of each character of the raw text.
 
     Why it is cheap: BERT's normalizer maps one character at a time and its pre-tokenizer splits on a character
     alone (whitespace, punctuation) whatever its neighbours. So the raw text's code points are counted (numpy),
@@ -204,7 +208,7 @@ def _alphabet_of(texts: Iterable[str], tokenizer: Tokenizer, *, limit: int) -> t
     inside words (one regular expression) only while it holds a character not yet seen there.
     """
     normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
-    raw_counts = np.zeros(_UNICODE_SIZE, dtype=np.int64)
+    raw_counts = np.zeros(_UNICODE_SIZE, dtype=np.int64) if raw_counts is None else raw_counts
     settled = np.zeros(_UNICODE_SIZE, dtype=bool)  # raw characters with nothing left to learn about
     normalized_of: dict[str, str] = {}  # raw character -> what the normalizer makes of it
     continuing: set[str] = set()  # normalized characters seen after the first character of a word
@@ -234,6 +238,18 @@ def _alphabet_of(texts: Iterable[str], tokenizer: Tokenizer, *, limit: int) -> t
     in_words = [c for c in counts if c not in split_off or pre_tokenizer.pre_tokenize_str(c)]  # not whitespace
     kept = sorted(sorted(in_words, key=lambda c: (-counts[c], c))[:limit])
     return kept, [c for c in kept if c in continuing]
+
+
+ARABIC_HAMZA_LETTERS = "آأؤإئ"  # U+0622-U+0626: under NFD a letter and a combining madda or hamza
+
+
+def _warn_if_the_hamza_is_stripped(normalizer: normalizers.Normalizer, raw_counts: np.ndarray) -> None:
+    """BERT's accent stripping (the uncased default) drops a combining mark whatever the script: in Arabic it
+    drops the hamza and madda of أ إ آ ؤ ئ, which are letters (سأل, asked, becomes سال, flowed)."""
+    stripped = int(sum(raw_counts[ord(letter)] for letter in ARABIC_HAMZA_LETTERS))
+    if stripped and normalizer.normalize_str(ARABIC_HAMZA_LETTERS) != ARABIC_HAMZA_LETTERS:
+        log.warning(f"accent stripping (--uncased's default) removes the hamza or madda of {stripped:,} Arabic letters "
+                    "(أ إ آ ؤ ئ become ا ا ا و ي); give --normalize arabic or --keep-accents to keep them")
 
 
 def _chunks_of(texts: Iterable[str]) -> Iterator[str]:
