@@ -64,7 +64,8 @@ def with_removals(normalizer: normalizers.Normalizer | None, names: tuple[str, .
     return removal if normalizer is None else normalizers.Sequence([removal, normalizer])
 
 
-def _steps(tokenizer: Tokenizer) -> list[dict]:
+def normalizer_steps(tokenizer: Tokenizer) -> list[dict]:
+    """The saved form of each step of a tokenizer's normalizer (a Sequence's steps, or the one)."""
     spec = json.loads(tokenizer.to_str()).get("normalizer") or {}
     return spec.get("normalizers", [spec]) if spec.get("type") == "Sequence" else [spec]
 
@@ -72,7 +73,7 @@ def _steps(tokenizer: Tokenizer) -> list[dict]:
 def removals_of(tokenizer: Tokenizer) -> tuple[str, ...]:
     """The normalisations of this registry a tokenizer applies (read from its normalizer, as saved)."""
     found: set[str] = set()
-    for step in _steps(tokenizer):
+    for step in normalizer_steps(tokenizer):
         pattern = (step.get("pattern") or {}).get("Regex", "") if step.get("type") == "Replace" else ""
         if step.get("content") == "" and pattern.startswith("[") and pattern.endswith("]"):
             found.update(name for name, n in NORMALIZATIONS.items() if n.characters in pattern[1:-1])
@@ -81,7 +82,7 @@ def removals_of(tokenizer: Tokenizer) -> tuple[str, ...]:
 
 def describe(tokenizer: Tokenizer) -> str:
     """What the normalizer does, in words: "uncased, accents kept, tatweel removed"."""
-    bert = next((step for step in _steps(tokenizer) if step.get("type") == "BertNormalizer"), None)
+    bert = next((step for step in normalizer_steps(tokenizer) if step.get("type") == "BertNormalizer"), None)
     if bert is None:
         parts = ["cased", "accents kept"]  # byte-level BPE and Unigram keep the text as it is
     else:

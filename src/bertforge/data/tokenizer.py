@@ -34,7 +34,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertforge.console import log, setup_logging, verbosity
-from bertforge.data.normalization import removals_of, resolve, with_removals
+from bertforge.data.normalization import normalizer_steps, removals_of, resolve, with_removals
 from bertforge.errors import BertforgeError, DataError, first_line
 from bertforge.size_limits import check_vocab_size
 from bertforge.special_tokens import ROLES, SPECIAL_TOKENS, special_tokens_of
@@ -300,9 +300,7 @@ GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers' class that 
 
 
 def _bert_normalizer_setting(tokenizer: Tokenizer, key: str) -> Any:
-    spec = json.loads(tokenizer.to_str()).get("normalizer") or {}
-    steps = spec.get("normalizers", [spec]) if spec.get("type") == "Sequence" else [spec]
-    return next((step.get(key) for step in steps if step.get("type") == "BertNormalizer"), None)
+    return next((step.get(key) for step in normalizer_steps(tokenizer) if step.get("type") == "BertNormalizer"), None)
 
 
 # ---------------------------------------------------------------------------------------------
