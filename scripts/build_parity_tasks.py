@@ -31,6 +31,11 @@ these tasks have longer texts, a sentence-pair input, a regression target or wor
   the river"), the four choices definitions (the synset's own at index ``label``; distractors first the
   other senses of its lemmas, then random definitions of the same part of speech, all from the row's own
   split, drawn by a generator seeded with the row's id).
+* ``arabic-messages`` (``apt-get install --no-install-recommends cinnamon-l10n evolution-common gimp-data
+  gnucash-common krita-l10n vlc-l10n``): an Arabic interface message from those packages' ``.mo``
+  catalogs -> the application (cinnamon, evolution, gimp, gnucash, krita, vlc). Classification,
+  messages of 3+ Arabic words, harakat and tatweel kept; messages sharing a run of 4 words (compared
+  without diacritics) share a split, 80/10/10 by sha1 of their group.
 * ``debian-sections`` (needs ``apt-get update``): a package's short description -> its archive
   section. Built only where the apt lists exist (or when asked for by name).
 
