@@ -16,6 +16,7 @@ from helpers.pairs import gloss_pairs, write_jsonl
 from bertforge.cli import main
 from bertforge.config import load_config
 from bertforge.embed import embed_texts, load_embedder
+from bertforge.engine import EngineSettings
 from bertforge.tasks.embedding import EmbeddingTask
 from bertforge.train.trainer import Trainer
 
@@ -42,7 +43,7 @@ def test_an_export_gives_our_vectors_in_sentence_transformers(pooling: str, norm
     theirs = sentence_transformer(tmp_path / "st").encode(TEXTS, convert_to_numpy=True)
     embedder = load_embedder(tmp_path / "st")  # read back: the pooling and Normalize come from its files
     assert (embedder.model.config.pooling, embedder.model.normalize, embedder.max_length) == (pooling, normalize, 24)
-    ours = embed_texts(embedder, TEXTS, batch_size=3)
+    ours = embed_texts(embedder, TEXTS, EngineSettings(batch_size=3))
     assert np.abs(ours - theirs).max() <= 1e-5
     if normalize:
         assert np.linalg.norm(ours, axis=1) == pytest.approx(1.0, abs=1e-5)
@@ -78,7 +79,7 @@ def test_an_export_loads_in_sentence_transformers_without_a_missing_weights_repo
         assert pooler is not None and torch.equal(pooler.dense.weight, model.encoder.pooler.dense.weight)
     else:
         assert pooler is None
-    ours = embed_texts(load_embedder(tmp_path / "st"), TEXTS, batch_size=3)
+    ours = embed_texts(load_embedder(tmp_path / "st"), TEXTS, EngineSettings(batch_size=3))
     assert np.abs(ours - loaded.encode(TEXTS, convert_to_numpy=True)).max() <= 1e-5
 
 

@@ -76,7 +76,7 @@ def test_onnx_export_runs_in_onnxruntime_with_the_probabilities_of_bertforge_pre
     batch = padded_batch(TEXTS)
     logits = session.run(None, {name: batch[name].numpy() for name in inputs})[0]
     probabilities = torch.softmax(torch.from_numpy(logits), dim=-1)
-    rows = prediction_rows(load_model(run_dir), texts_split(TEXTS))
+    rows = prediction_rows(load_model(run_dir), texts_split(TEXTS)).rows
     names = json.loads((tmp_path / "onnx" / "config.json").read_text())["id2label"]
     for row, probs in zip(rows, probabilities, strict=True):
         assert names[str(int(probs.argmax()))] == row["label"]

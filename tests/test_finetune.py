@@ -137,7 +137,7 @@ def test_regression_on_the_glue_layout_sts_b_files_reports_correlations(tmp_path
                           label_column="score")
     assert rerun.metrics["pearson"] == pytest.approx(report["metrics"]["pearson"], abs=1e-5)
     rows = prediction_rows(load_model(run_dir), read_inputs(dev, text_column="sentence1",
-                                                            text_pair_column="sentence2"))
+                                                            text_pair_column="sentence2")).rows
     assert len(rows) == 100 and isinstance(rows[0]["score"], float) and "label" not in rows[0]
 
 

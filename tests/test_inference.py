@@ -13,6 +13,7 @@ import transformers
 from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, run_cli, supersense_files
 
 from bertforge.cli import main
+from bertforge.engine import EngineSettings
 from bertforge.errors import BertforgeError
 from bertforge.inference import fill_mask, load_model, read_inputs
 from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
@@ -74,7 +75,7 @@ def test_pair_predictions_equal_the_pipeline_given_text_pairs(pair_run: tuple[Pa
     loaded = load_model(run_dir)
     split = read_inputs(dev, text_column="sentence1", text_pair_column="sentence2")
     split.texts, split.text_pairs = split.texts[:24], split.text_pairs[:24]  # type: ignore[index]
-    rows = prediction_rows(loaded, split, batch_size=16)
+    rows = prediction_rows(loaded, split, EngineSettings(batch_size=16)).rows
     pipeline = transformers.pipeline("text-classification", model=str(run_dir / "final"), top_k=None)
     theirs = pipeline([{"text": row["text"], "text_pair": row["text_pair"]} for row in rows])
     for row, scores in zip(rows, theirs, strict=True):

@@ -19,8 +19,7 @@ OWN_MODULES = {
     "regression": CLASSIFICATION | {"tasks/embedding.py"},  # the cosine loss is scored by the regression metrics
     "token_classification": {"tasks/tagging.py", "models/token_classification.py"},
     "embedding": {"tasks/embedding.py", "models/embedding.py",
-                  "data/labels.py",  # names finetune.embedding.*, the sub-section negative_column lives in
-                  "embed.py"},  # the progress bar's label, "embedding"
+                  "data/labels.py"},  # names finetune.embedding.*, the sub-section negative_column lives in
     "multiple_choice": {"tasks/multiple_choice.py"},
 }
 

@@ -11,15 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from rich.progress import Progress
 from torch import nn
 
-from bertforge.console import console, log, progress_enabled
+from bertforge.console import log
 from bertforge.errors import BertforgeError, DataError
 from bertforge.inference import LoadedModel, load_model
+
+if TYPE_CHECKING:
+    from bertforge.engine import EngineSettings
 
 VECTORS_SUFFIX = ".npy"
 
@@ -79,22 +82,27 @@ def read_texts(source: str | Path, text_column: str = "text", delimiter: str | N
     return texts
 
 
-@torch.no_grad()
-def embed_texts(embedder: Embedder, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    """[texts, hidden] float32 vectors, in the order of `texts`; each batch is one unpadded forward pass."""
-    from bertforge.batch import model_inputs
-    from bertforge.data.pairs import TokenizedTexts, texts_batch
+def embed_texts(embedder: Embedder, texts: Sequence[str], settings: EngineSettings | None = None) -> np.ndarray:
+    """[texts, hidden] float32 vectors, in the order of `texts` (`embed_run` says how many were truncated)."""
+    return embed_run(embedder, texts, settings).vectors
 
-    tokenized = TokenizedTexts(list(texts), embedder.tokenizer, embedder.max_length)
+
+@dataclass
+class Embedded:
+    vectors: np.ndarray  # [texts, hidden] float32, row i = text i
+    truncated: int  # texts cut at the model's length
+
+
+def embed_run(embedder: Embedder, texts: Sequence[str], settings: EngineSettings | None = None) -> Embedded:
+    """The vectors of `texts` through the inference engine (length-sorted token-budget batches, unpadded)."""
+    from bertforge import engine
+
+    done = engine.run(texts, engine.text_workload(embedder.tokenizer, embedder.max_length, engine.rows_of),
+                      engine.torch_backend(embedder.model), settings or engine.EngineSettings(label="embedding texts"))
     vectors = np.zeros((len(texts), embedder.model.config.hidden_size), dtype=np.float32)
-    with Progress(console=console, transient=True, disable=not progress_enabled()) as progress:
-        bar = progress.add_task("embedding", total=len(texts))
-        for start in range(0, len(texts), batch_size):
-            end = min(start + batch_size, len(texts))
-            batch = texts_batch([tokenized[i] for i in range(start, end)])
-            vectors[start:end] = embedder.model(**model_inputs(batch)).float().numpy()
-            progress.advance(bar, end - start)
-    return vectors
+    if done.results:
+        vectors[:] = torch.stack(done.results).numpy()
+    return Embedded(vectors, done.truncated)
 
 
 def check_vectors_path(out: str | Path, overwrite: bool, sources: Sequence[tuple[str | Path, str]] = ()) -> Path:

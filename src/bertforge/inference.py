@@ -2,7 +2,8 @@
 
 What a model of each task kind predicts and how it is evaluated on a file live in that kind's own
 module (`tasks/classify.py`, `tasks/tagging.py`, `tasks/embedding.py`, `tasks/multiple_choice.py`),
-reached through its record (`bertforge.tasks.kinds`); they run the same unpadded path as training.
+reached through its record (`bertforge.tasks.kinds`); they run their inputs through the inference engine
+(`bertforge.engine`: length-sorted token-budget unpadded batches, results in input order).
 Any `MODEL` shape `bertforge.locate` understands works (run directory, final/, checkpoint, bertforge
 or Hugging Face directory).
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -26,6 +28,7 @@ from bertforge.models.serialization import CORRUPT_FILE_MARKS, DAMAGED_WEIGHTS_E
 
 if TYPE_CHECKING:
     from bertforge.config import FinetuneSection
+    from bertforge.engine import EngineSettings
     from bertforge.tasks.kinds import TaskKind
 
 DEFAULT_MAX_LENGTH = 512
@@ -170,11 +173,37 @@ def _row_id(value: Any, column: str, where: str) -> str | int:
                     "name another column with --id-column")
 
 
+@dataclass
+class Predictions:
+    """What a kind's `predict` gives: one row per input, in input order, and how many inputs were truncated."""
+
+    rows: list[dict[str, Any]]
+    truncated: int
+
+
 def with_ids(rows: list[dict[str, Any]], ids: Sequence[Any] | None) -> list[dict[str, Any]]:
     """Each output row led by its input row's id (`predict --id-column`)."""
     if ids is None:
         return rows
     return [{"id": row_id} | row for row_id, row in zip(ids, rows, strict=True)]
+
+
+def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Rows as JSON lines, or as a Parquet table when `path` ends in .parquet (the same columns; nested
+    values such as the probabilities or the entities become structs and lists); never a half-written file."""
+    if Path(path).suffix == ".parquet":
+        return write_parquet(rows, path)
+    return write_jsonl(rows, path)
+
+
+def write_parquet(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bertforge.output_guard import replace_file
+
+    table = pa.Table.from_pylist(list(rows))
+    return replace_file(Path(path), lambda staging: pq.write_table(table, staging))
 
 
 def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
@@ -206,10 +235,16 @@ class MaskPrediction:
     sequence: str
 
 
-@torch.no_grad()
 def fill_mask(loaded: LoadedModel, text: str, top_k: int = 5) -> list[list[MaskPrediction]]:
     """The `top_k` most likely tokens for each [MASK] in `text` (one list per mask, left to right)."""
-    from bertforge.data.labeled import bert_tokenizer
+    return fill_masks(loaded, [text], top_k)[0]
+
+
+def fill_masks(loaded: LoadedModel, texts: Sequence[str], top_k: int = 5,
+               settings: EngineSettings | None = None) -> list[list[list[MaskPrediction]]]:
+    """`fill_mask` of each text, through the inference engine: the MLM head runs only on the [MASK] rows."""
+    from bertforge import engine
+    from bertforge.data.labeled import bert_tokenizer, collate_unpadded
     from bertforge.data.tokenizer import load_tokenizer
     from bertforge.models import BertforgeForPreTraining
 
@@ -220,27 +255,64 @@ def fill_mask(loaded: LoadedModel, text: str, top_k: int = 5) -> list[list[MaskP
     if top_k < 1:
         raise BertforgeError(f"--top-k is {top_k}; give at least 1")
     special = load_tokenizer(loaded.tokenizer())
-    tokenizer = bert_tokenizer(loaded.tokenizer(), loaded.max_length)
     mask_token = special.special_tokens["mask"]
-    for spelling in MASK_SPELLINGS:  # BERT's [MASK] written for a RoBERTa model, or the other way round
-        if spelling != mask_token and special.tokenizer.token_to_id(spelling) is None:
+    own = [_own_mask(text, mask_token, special.tokenizer) for text in texts]
+    encode_texts = engine.text_encoder(loaded.tokenizer(), loaded.max_length)
+
+    def encode(chunk: list[str]) -> list[dict[str, Any]]:
+        examples = encode_texts(chunk)
+        for text, example in zip(chunk, examples, strict=True):
+            example["masked"] = np.flatnonzero(example["input_ids"] == special.mask_id)
+            _check_masks(text, mask_token, int(example["masked"].size), loaded.max_length)
+        return examples
+
+    def collate(examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = collate_unpadded(examples)
+        starts = batch["cu_seqlens"][:-1].long()
+        batch["masked_positions"] = torch.cat([start + torch.from_numpy(example["masked"])
+                                               for start, example in zip(starts, examples, strict=True)])
+        return batch
+
+    def split(probabilities: torch.Tensor, examples: list[dict[str, Any]]) -> list[tuple[np.ndarray, torch.Tensor]]:
+        """Each text's token ids and its masks' probabilities."""
+        parts = probabilities.split([int(example["masked"].size) for example in examples])
+        return [(example["input_ids"], part) for example, part in zip(examples, parts, strict=True)]
+
+    workload = engine.Workload(encode=encode, tokens=engine.tokens_of, collate=collate, split=split,
+                               size=len, truncated=engine.was_truncated)
+    backend = engine.torch_backend(model, lambda output: torch.softmax(output.mlm_logits.float(), dim=-1),
+                                   extra=("masked_positions",))
+    done = engine.run(own, workload, backend, settings or engine.EngineSettings(label="filling masks"))
+    tokenizer = bert_tokenizer(loaded.tokenizer(), loaded.max_length)  # for decoding
+    return [_mask_predictions(tokenizer, ids, probabilities, special.mask_id, top_k) for ids, probabilities in done.results]
+
+
+def _own_mask(text: str, mask_token: str, tokenizer: Any) -> str:
+    """`text` with BERT's [MASK] written for a RoBERTa model (or the other way round) as the model's own."""
+    for spelling in MASK_SPELLINGS:
+        if spelling != mask_token and tokenizer.token_to_id(spelling) is None:
             text = text.replace(spelling, mask_token)
-    encoding = tokenizer.encode(text)
-    ids = torch.tensor(encoding.ids, dtype=torch.long)
-    masked_positions = (ids == special.mask_id).nonzero().flatten()
+    return text
+
+
+def _check_masks(text: str, mask_token: str, kept: int, max_length: int) -> None:
+    """An error when the text has no mask the model sees; a warning when truncation cut some off."""
     written = text.count(mask_token)
-    if written > masked_positions.numel():  # truncation to the model's length cut them off
-        cut = written - masked_positions.numel()
-        message = (f"{cut} of the {written} {mask_token} tokens lie beyond the model's limit of {loaded.max_length} "
-                   "tokens and were cut off; shorten the text before them")
-        if masked_positions.numel() == 0:
+    if written > kept:  # truncation to the model's length cut them off
+        message = (f"{written - kept} of the {written} {mask_token} tokens lie beyond the model's limit of "
+                   f"{max_length} tokens and were cut off; shorten the text before them")
+        if kept == 0:
             raise BertforgeError(message)
         log.warning(message)
-    if masked_positions.numel() == 0:
+    if kept == 0:
         raise BertforgeError(f"the text has no {mask_token} token to fill; write e.g. \"the {mask_token} of the law\"")
-    output = model(input_ids=ids, token_type_ids=torch.tensor(encoding.type_ids, dtype=torch.long),
-                   masked_positions=masked_positions)
-    probabilities = torch.softmax(output.mlm_logits.float(), dim=-1)
+
+
+def _mask_predictions(tokenizer: Any, input_ids: np.ndarray, probabilities: torch.Tensor, mask_id: int,
+                      top_k: int) -> list[list[MaskPrediction]]:
+    """The top-k candidates of each mask of one text, with the text they would make."""
+    ids = torch.from_numpy(input_ids.astype(np.int64))
+    masked_positions = (ids == mask_id).nonzero().flatten()
     k = min(top_k, probabilities.shape[-1])
     results = []
     for row, position in enumerate(masked_positions.tolist()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bertforge.commands.common import add_command
+from bertforge.commands.predict import add_engine_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(finetune.task_type=embedding), its final/, a checkpoint, all-MiniLM-L6-v2 or any "
                     "sentence-transformers directory (its pooling, Normalize and max_seq_length are used, so the "
                     "vectors are those SentenceTransformer(dir).encode gives), or any other encoder (mean pooling). "
-                    "Batches are unpadded.",
+                    "Texts are sorted by length into unpadded batches of at most --max-batch-tokens tokens, "
+                    "tokenized on a thread ahead of the model; a text over the model's length is truncated (the "
+                    "summary line counts them).",
         example="""
         bertforge embed runs/wordnet-embedding-minilm --input sentences.txt --out vectors.npy
         bertforge embed all-MiniLM-L6-v2 --input pairs.jsonl --text-column anchor --out anchors.npy --overwrite
@@ -27,23 +30,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--text-column", default="text", help="csv/tsv/jsonl/parquet: the column to embed (default: text)")
     parser.add_argument("--delimiter", default=None,
                         help="csv/tsv delimiter (default: from the extension, comma for .csv, tab for .tsv)")
-    parser.add_argument("--batch-size", type=int, default=64, help="texts per forward pass (default 64)")
+    add_engine_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log, quiet_transformers, stdout_console
-    from bertforge.embed import check_vectors_path, embed_texts, load_embedder, read_texts, write_vectors
-    from bertforge.errors import BertforgeError
+    from bertforge.embed import check_vectors_path, embed_run, load_embedder, read_texts, write_vectors
+    from bertforge.engine import settings_of
 
-    if args.batch_size < 1:
-        raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
+    settings = settings_of(args, "embedding texts")
     out = check_vectors_path(args.out, args.overwrite, [(args.input, "the --input file"), (args.model, "MODEL")])
     texts = read_texts(args.input, args.text_column, args.delimiter)
     quiet_transformers()
     embedder = load_embedder(args.model)
-    vectors = embed_texts(embedder, texts, args.batch_size)
+    embedded = embed_run(embedder, texts, settings)
+    vectors = embedded.vectors
     write_vectors(vectors, out)
-    log.info(f"{len(texts):,} vectors of {vectors.shape[1]} dimensions from {embedder.name}")
+    truncated = f" ({embedded.truncated:,} truncated at {embedder.max_length} tokens)" if embedded.truncated else ""
+    log.info(f"{len(texts):,} vectors of {vectors.shape[1]} dimensions from {embedder.name}{truncated}")
     stdout_console.print(f"{out} ({vectors.shape[0]} x {vectors.shape[1]}, float32)", markup=False, highlight=False)
     return 0

@@ -26,7 +26,16 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                              "finetune.text_pair_column)")
     parser.add_argument("--delimiter", default=None,
                         help="csv/tsv delimiter (default: from the extension, comma for .csv, tab for .tsv)")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per forward pass (default 64)")
+    add_engine_arguments(parser)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the inference engine batches (shared with `bertforge evaluate` and `bertforge embed`)."""
+    parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+                        help="tokens per forward pass: inputs are sorted by length and batched up to this many real "
+                             f"tokens (no padding); a longer input runs alone (default {DEFAULT_MAX_BATCH_TOKENS})")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="inputs per forward pass at most (default 64; --max-batch-tokens usually binds first)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,11 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "directory; a run's model reads the columns the run was trained on (its config.yaml's "
                     "finetune.text_column / text_pair_column) unless --text-column / --text-pair-column say "
                     "otherwise. An input's id column (--id-column; by default `id` when there is one) leads each "
-                    "output line as \"id\". Batches are unpadded.",
+                    "output line as \"id\". Texts are sorted by length into unpadded batches of at most "
+                    "--max-batch-tokens tokens, tokenized on a thread ahead of the model, and written in input "
+                    "order; a text over the model's length is truncated (the summary line counts them). --out "
+                    "x.parquet writes the same rows as a Parquet table.",
         example="""
         bertforge predict runs/supersense-minilm --input bundled:supersense/test --out preds.jsonl
         bertforge predict runs/supersense-minilm --text "a small domesticated carnivore" --text "to run fast"
         bertforge predict runs/supersense-minilm --input texts.txt --out preds.jsonl --overwrite
+        bertforge predict runs/supersense-minilm --input texts.csv --out preds.parquet --max-batch-tokens 8192
         bertforge predict runs/nli/final --input pairs.tsv --text-column premise --text-pair-column hypothesis \\
             --id-column pair_id --out preds.jsonl
         """)
@@ -60,24 +73,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"input column carried into each output line as \"id\" (default: {DEFAULT_ID!r} "
                              "when the input has it)")
     parser.add_argument("--out", default=None,
-                        help="output JSON lines file (never --input); without it the lines go to stdout")
+                        help="output file (never --input): JSON lines, or a Parquet table (the same columns) when it "
+                             "ends in .parquet; without it the JSON lines go to stdout")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier predictions file at --out")
     add_input_arguments(parser)
     parser.set_defaults(func=run)
 
 
 DEFAULT_ID = "id"  # bertforge.inference.DEFAULT_ID_COLUMN, without importing torch to build the parser
+DEFAULT_MAX_BATCH_TOKENS = 4096  # bertforge.engine.DEFAULT_MAX_BATCH_TOKENS, without importing torch
 
 
 def load_model_for(args: argparse.Namespace) -> Any:
     """Check the shared input options, load MODEL and fill the options not given from its run's settings
     (shared with `bertforge evaluate`)."""
     from bertforge.console import quiet_transformers
-    from bertforge.errors import BertforgeError
+    from bertforge.engine import settings_of
     from bertforge.inference import load_model
 
-    if args.batch_size < 1:
-        raise BertforgeError(f"--batch-size is {args.batch_size}; give at least 1")
+    settings_of(args, "checking")  # --max-batch-tokens and --batch-size, before loading the model
     quiet_transformers()
     loaded = load_model(args.model)
     fill_from_run(args, loaded.run_settings)
@@ -112,13 +126,14 @@ def _dotted(section: Any, key: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
+    from bertforge.engine import settings_of
     from bertforge.errors import BertforgeError
     from bertforge.inference import (
         kind_of_loaded,
         read_prediction_inputs,
         texts_given,
         with_ids,
-        write_jsonl,
+        write_rows,
     )
     from bertforge.output_guard import claim_file, record_outputs
 
@@ -136,16 +151,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         inputs = read_prediction_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                                         id_column=args.id_column, delimiter=args.delimiter)
-    split = inputs.split
-    rows = with_ids(kind_of_loaded(loaded).predict(loaded, split, args.batch_size), inputs.ids)
+    predictions = kind_of_loaded(loaded).predict(loaded, inputs.split, settings_of(args, "predicting"))
+    rows = with_ids(predictions.rows, inputs.ids)
+    truncated = (f" ({predictions.truncated:,} truncated at {loaded.max_length} tokens)"
+                 if predictions.truncated else "")
     if out is None:
         for row in rows:
             sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
         sys.stdout.flush()
+        if truncated:
+            log.info(f"{len(rows):,} predictions{truncated}")
         return 0
-    path = write_jsonl(rows, out)
+    path = write_rows(rows, out)
     record_outputs(path.parent, [path.name], "predict")
-    log.info(f"{len(rows):,} predictions written to {path}")
+    log.info(f"{len(rows):,} predictions written to {path}{truncated}")
     return 0
 
 

@@ -31,12 +31,11 @@ from bertforge.data.validation_subset import final_splits_with_validation
 from bertforge.errors import BertforgeError
 from bertforge.locate import resolve_model
 from bertforge.tasks.evaluation import (
-    DEFAULT_BATCH_SIZE,
     EvaluationReport,
-    batches_of,
     classification_loss,
     evaluate_dataset,
     outputs_of,
+    report_of_logits,
 )
 from bertforge.tasks.finetune_base import FinetuneTask
 from bertforge.tasks.kinds.classification import KIND
@@ -44,7 +43,8 @@ from bertforge.tasks.metrics import compute_metrics
 from bertforge.train.task import Batch, TaskData
 
 if TYPE_CHECKING:
-    from bertforge.inference import LoadedModel
+    from bertforge.engine import EngineSettings
+    from bertforge.inference import LoadedModel, Predictions
 
 LOSS_UNIT = "examples"
 PRINTED_CONFUSION_CLASSES = 12  # larger confusion matrices go to the report file and the PNG only
@@ -218,11 +218,12 @@ def classifier_of(loaded: LoadedModel) -> nn.Module:
     return loaded.model
 
 
-def prediction_rows(loaded: LoadedModel, split: LabeledSplit, batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
+def prediction_rows(loaded: LoadedModel, split: LabeledSplit, settings: EngineSettings | None = None) -> Predictions:
     """One dict per input text: the label and its probability, all probabilities (or the regression value)."""
+    from bertforge.inference import Predictions
+
     classifier = classifier_of(loaded)
-    dataset = LabeledDataset(split, loaded.tokenizer(), loaded.max_length)
-    logits, _ = outputs_of(classifier, batches_of(dataset, batch_size))
+    logits, truncated = classifier_logits(loaded, split, settings)
     rows: list[dict[str, Any]] = []
     names = classifier.label_names or [f"LABEL_{i}" for i in range(classifier.num_labels)]
     probabilities = torch.softmax(logits, dim=-1) if classifier.problem_type == "classification" else None
@@ -239,13 +240,26 @@ def prediction_rows(loaded: LoadedModel, split: LabeledSplit, batch_size: int = 
             row["score"] = float(probabilities[index, best])
             row["probabilities"] = {name: float(p) for name, p in zip(names, probabilities[index], strict=True)}
         rows.append(row)
-    return rows
+    return Predictions(rows, truncated)
+
+
+def classifier_logits(loaded: LoadedModel, split: LabeledSplit, settings: EngineSettings | None = None,
+                      ) -> tuple[torch.Tensor, int]:
+    """[texts, outputs] logits of the classifier `loaded` holds, in the split's order, through the inference
+    engine; and how many inputs were truncated at the model's length."""
+    from bertforge import engine
+
+    classifier = classifier_of(loaded)
+    inputs = split.texts if split.text_pairs is None else list(zip(split.texts, split.text_pairs, strict=True))
+    done = engine.run(inputs, engine.text_workload(loaded.tokenizer(), loaded.max_length, engine.rows_of),
+                      engine.torch_backend(classifier, lambda output: output.logits), settings or engine.EngineSettings())
+    return torch.stack(done.results) if done.results else torch.zeros(0, classifier.num_labels), done.truncated
 
 
 def evaluate_file(loaded: LoadedModel, data: str | Path, *, split: str = "evaluation", text_column: str = "text",
                   text_pair_column: str | None = None, label_column: str = "label",
                   label_map: dict[str, str] | None = None, delimiter: str | None = None,
-                  batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
+                  settings: EngineSettings | None = None) -> EvaluationReport:
     """Read a labeled file against the model's own labels (an unknown label is an error naming its line)."""
     from bertforge.locate import resolve_data_file
 
@@ -258,5 +272,7 @@ def evaluate_file(loaded: LoadedModel, data: str | Path, *, split: str = "evalua
     labeled = read_labeled_split(resolve_data_file(str(data)) or str(data), task_type=task_type, labels=labels,
                                  columns=Columns(text_column, text_pair_column, label_column), label_map=label_map,
                                  delimiter=delimiter, split=split, cli_flags=True)
-    dataset = LabeledDataset(labeled, loaded.tokenizer(), loaded.max_length)
-    return evaluate_dataset(classifier, dataset, split, batch_size)
+    logits, _ = classifier_logits(loaded, labeled, settings)
+    labels = torch.tensor(labeled.labels, dtype=torch.float32 if task_type == "regression" else torch.long)
+    return report_of_logits(logits, labels, split, labeled.source, task_type, labeled.label_names, labeled.groups,
+                            labeled.group_column)

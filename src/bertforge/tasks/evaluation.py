@@ -94,23 +94,30 @@ def evaluate_dataset(model: nn.Module, dataset: LabeledDataset, split: str, batc
     logits, labels = outputs_of(model, batches_of(dataset, batch_size))
     if labels is None:
         raise BertforgeError(f"{dataset.source} was read without labels; it cannot be evaluated")
-    task_type = dataset.task_type
+    return report_of_logits(logits, labels, split, dataset.source, dataset.task_type, dataset.label_names,
+                            dataset.groups, dataset.group_column)
+
+
+def report_of_logits(logits: torch.Tensor, labels: torch.Tensor, split: str, source: str, task_type: str,
+                     label_names: list[str], groups: list[str] | None = None,
+                     group_column: str | None = None) -> EvaluationReport:
+    """The report of a classifier's (or regressor's) logits [examples, outputs] against the labels."""
     if task_type == "regression":
         predictions = logits.squeeze(-1).numpy()
     else:
         predictions = logits.numpy()
-    metrics = compute_metrics(task_type, predictions, labels.numpy(), dataset.label_names)
+    metrics = compute_metrics(task_type, predictions, labels.numpy(), label_names)
     metrics["loss"] = classification_loss(task_type, logits, labels)
-    metrics["examples"] = float(len(dataset))
+    metrics["examples"] = float(len(labels))
     if task_type == "regression":
-        return EvaluationReport(split, dataset.source, task_type, [], metrics, [], None)
-    names = dataset.label_names
-    per_group = (per_group_report(predictions, labels.numpy(), dataset.groups, names)
-                 if dataset.groups is not None else None)
-    return EvaluationReport(split, dataset.source, task_type, names, metrics,
+        return EvaluationReport(split, source, task_type, [], metrics, [], None)
+    names = label_names
+    per_group = (per_group_report(predictions, labels.numpy(), groups, names)
+                 if groups is not None else None)
+    return EvaluationReport(split, source, task_type, names, metrics,
                             per_class_report(predictions, labels.numpy(), names),
                             confusion_matrix(predictions, labels.numpy(), num_classes=len(names)),
-                            group_column=dataset.group_column, per_group=per_group)
+                            group_column=group_column, per_group=per_group)
 
 
 def report_markdown(report: EvaluationReport) -> str:

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
     from bertforge.config import FinetuneSection
+    from bertforge.engine import EngineRun, EngineSettings
+    from bertforge.inference import Predictions
 
 TASK_TYPE = "multiple_choice"
 LOSS_UNIT = "examples"
@@ -366,15 +368,58 @@ def evaluate_choices(model: nn.Module, dataset: ChoiceDataset, split: str, batch
 
 
 def choice_rows(model: nn.Module, split: ChoiceSplit, tokenizer: Path, max_length: int,
-                batch_size: int) -> list[dict[str, Any]]:
+                settings: EngineSettings | None = None) -> Predictions:
     """One dict per question: the chosen candidate, its index and probability, and every candidate's."""
-    dataset = ChoiceDataset(split, tokenizer, max_length)
-    logits, _ = choice_logits(model, iterate_once(dataset, collate_choices, batch_size))
-    probabilities = torch.softmax(logits, dim=-1)
+    from bertforge.inference import Predictions
+
+    done = choice_scores(model, split, tokenizer, max_length, settings)
     rows = []
-    for index, (context, choices) in enumerate(zip(split.contexts, split.choices, strict=True)):
-        best = int(probabilities[index].argmax())
+    for context, choices, logits in zip(split.contexts, split.choices, done.results, strict=True):
+        probabilities = torch.softmax(logits, dim=-1)
+        best = int(probabilities.argmax())
         rows.append({"text": context, "choice": choices[best], "choice_id": best,
-                     "score": float(probabilities[index, best]),
-                     "probabilities": [float(p) for p in probabilities[index, :len(choices)]]})
-    return rows
+                     "score": float(probabilities[best]),
+                     "probabilities": [float(p) for p in probabilities]})
+    return Predictions(rows, done.truncated)
+
+
+def evaluate_choice_split(model: nn.Module, split: ChoiceSplit, tokenizer: Path, max_length: int, name: str,
+                          settings: EngineSettings | None = None) -> EvaluationReport:
+    """`bertforge evaluate`: accuracy and mean cross-entropy of the right choice, through the inference engine."""
+    assert split.labels is not None
+    scores = choice_scores(model, split, tokenizer, max_length, settings).results
+    widest = max(len(row) for row in scores)
+    logits = torch.stack([F.pad(row, (0, widest - len(row)), value=float("-inf")) for row in scores])
+    metrics = choice_metrics(logits, torch.tensor(split.labels)) | {"examples": float(len(split))}
+    return EvaluationReport(name, split.source, TASK_TYPE, [], metrics, [], None)
+
+
+def choice_scores(model: nn.Module, split: ChoiceSplit, tokenizer: Path, max_length: int,
+                  settings: EngineSettings | None = None) -> EngineRun:
+    """Each question's candidates' scores, through the inference engine (a question and all its candidates in one
+    batch, its cost their tokens together)."""
+    from bertforge import engine
+
+    encode_pairs = engine.text_encoder(tokenizer, max_length)
+
+    def encode(questions: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
+        pairs = encode_pairs([(context, choice) for context, choices in questions for choice in choices])
+        examples, first = [], 0
+        for _, choices in questions:
+            mine = pairs[first:first + len(choices)]
+            first += len(choices)
+            examples.append({"input_ids": [pair["input_ids"] for pair in mine],
+                             "token_type_ids": [pair["token_type_ids"] for pair in mine],
+                             "truncated": any(pair["truncated"] for pair in mine)})
+        return examples
+
+    def split_rows(logits: torch.Tensor, examples: list[dict[str, Any]]) -> list[torch.Tensor]:
+        return [row[:len(example["input_ids"])] for row, example in zip(logits.float(), examples, strict=True)]
+
+    workload = engine.Workload(encode=encode, tokens=lambda example: sum(len(ids) for ids in example["input_ids"]),
+                               collate=collate_choices, split=split_rows,
+                               size=lambda question: len(question[0]) + sum(len(choice) for choice in question[1]),
+                               truncated=engine.was_truncated)
+    backend = engine.torch_backend(model, lambda output: output.logits, extra=("choice_counts",))
+    return engine.run(list(zip(split.contexts, split.choices, strict=True)), workload, backend,
+                      settings or engine.EngineSettings())

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bertforge.batch import model_inputs
@@ -26,13 +27,14 @@ from bertforge.data.tagged import TaggedData, TaggedSplit, load_tagged_data
 from bertforge.data.validation_subset import final_splits_with_validation, rarest_entity_types
 from bertforge.locate import resolve_model
 from bertforge.tasks.entity_metrics import ENTITY_METRICS, entity_metrics, per_type_report, tag_sequences
-from bertforge.tasks.evaluation import DEFAULT_BATCH_SIZE, EvaluationReport
+from bertforge.tasks.evaluation import EvaluationReport
 from bertforge.tasks.finetune_base import FinetuneTask
 from bertforge.train.map_style import iterate_once
 from bertforge.train.task import Batch, TaskData
 
 if TYPE_CHECKING:
-    from bertforge.inference import LoadedModel
+    from bertforge.engine import EngineSettings
+    from bertforge.inference import LoadedModel, Predictions
 
 LOSS_UNIT = "labeled_words"
 TASK_TYPE = "token_classification"
@@ -158,6 +160,11 @@ def predict_tags(model: nn.Module, batches: Iterable[Batch], tag_names: list[str
 def evaluate_tagged(model: nn.Module, dataset: TaggedDataset, split: str, batch_size: int) -> EvaluationReport:
     """Entity metrics, loss and the per-type report of `model` on a tagged dataset."""
     gold, predicted, loss = predict_tags(model, iterate_once(dataset, collate_tagged, batch_size), dataset.tag_names)
+    return tagged_report(gold, predicted, loss, dataset, split)
+
+
+def tagged_report(gold: list[list[str]], predicted: list[list[str]], loss: float, dataset: TaggedDataset,
+                  split: str) -> EvaluationReport:
     metrics = entity_metrics(gold, predicted) | {"loss": loss, "examples": float(len(dataset))}
     entity_types = sorted({name.split("-", 1)[1] for name in dataset.tag_names if name != "O"})
     return EvaluationReport(split, dataset.source, TASK_TYPE, entity_types, metrics, per_type_report(gold, predicted),
@@ -168,8 +175,7 @@ def evaluate_tagged(model: nn.Module, dataset: TaggedDataset, split: str, batch_
 # a trained tagger on new text: `bertforge predict` and `bertforge evaluate`, through the kind's record
 
 
-@torch.no_grad()
-def entity_rows(loaded: LoadedModel, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
+def entity_rows(loaded: LoadedModel, texts: Sequence[str], settings: EngineSettings | None = None) -> Predictions:
     """One dict per text with its entities, each {entity_group, score, word, start, end} as
     `transformers.pipeline("token-classification", aggregation_strategy="first")` gives them.
 
@@ -178,35 +184,40 @@ def entity_rows(loaded: LoadedModel, texts: Sequence[str], batch_size: int = DEF
     """
     from seqeval.metrics.sequence_labeling import get_entities
 
-    from bertforge.data.aligned import first_pieces
-    from bertforge.data.labeled import bert_tokenizer
+    from bertforge import engine
+    from bertforge.inference import Predictions
 
     model = loaded.model
     names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
-    tokenizer = bert_tokenizer(loaded.tokenizer(), loaded.max_length)
-    rows: list[dict[str, Any]] = []
-    for begin in range(0, len(texts), batch_size):
-        chunk = list(texts[begin:begin + batch_size])
-        encodings = tokenizer.encode_batch(chunk)
-        starts = [first_pieces(encoding.word_ids) for encoding in encodings]
-        batch = collate_tagged([{"input_ids": np.asarray(encoding.ids, dtype=np.int32), "word_starts": first}
-                                for encoding, first in zip(encodings, starts, strict=True)])
-        probabilities = torch.softmax(model(**model_inputs(batch, extra=("rows",))).logits.float(), dim=-1)
+    encode_texts = engine.text_encoder(loaded.tokenizer(), loaded.max_length)
+
+    def encode(chunk: list[str]) -> list[dict[str, Any]]:
+        from bertforge.data.aligned import first_pieces
+
+        return [example | {"word_starts": first_pieces(example["encoding"].word_ids)} for example in encode_texts(chunk)]
+
+    def split(probabilities: torch.Tensor, examples: list[dict[str, Any]]) -> list[tuple[Any, list[float], list[int]]]:
+        """Each text's encoding (its words and offsets), and its words' best tags with their probabilities."""
         scores, tag_ids = probabilities.max(dim=-1)
-        done = 0
-        for text, encoding, first in zip(chunk, encodings, starts, strict=True):
-            count = len(first)
-            tags = [names[i] for i in tag_ids[done:done + count].tolist()]
-            word_scores = scores[done:done + count].tolist()
-            done += count
-            spans = _word_spans(encoding.word_ids, encoding.offsets)
-            entities = []
-            for kind, first_word, last_word in get_entities(tags):
-                start, end = spans[first_word][0], spans[last_word][1]
-                entities.append({"entity_group": kind, "score": float(np.mean(word_scores[first_word:last_word + 1])),
-                                 "word": text[start:end], "start": start, "end": end})
-            rows.append({"text": text, "entities": entities})
-    return rows
+        counts = [len(example["word_starts"]) for example in examples]
+        return list(zip((example["encoding"] for example in examples), (part.tolist() for part in scores.split(counts)),
+                        (part.tolist() for part in tag_ids.split(counts)), strict=True))
+
+    workload = engine.Workload(encode=encode, tokens=engine.tokens_of, collate=collate_tagged, split=split,
+                               size=len, truncated=engine.was_truncated)
+    backend = engine.torch_backend(model, lambda output: torch.softmax(output.logits.float(), dim=-1), extra=("rows",))
+    done = engine.run(texts, workload, backend, settings or engine.EngineSettings())
+    rows: list[dict[str, Any]] = []
+    for text, (encoding, word_scores, ids) in zip(texts, done.results, strict=True):
+        tags = [names[i] for i in ids]
+        spans = _word_spans(encoding.word_ids, encoding.offsets)
+        entities = []
+        for kind, first_word, last_word in get_entities(tags):
+            start, end = spans[first_word][0], spans[last_word][1]
+            entities.append({"entity_group": kind, "score": float(np.mean(word_scores[first_word:last_word + 1])),
+                             "word": text[start:end], "start": start, "end": end})
+        rows.append({"text": text, "entities": entities})
+    return Predictions(rows, done.truncated)
 
 
 def _word_spans(word_ids: Sequence[int | None], offsets: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -220,10 +231,13 @@ def _word_spans(word_ids: Sequence[int | None], offsets: Sequence[tuple[int, int
 
 def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = "evaluation",
                          tokens_column: str = "tokens", tags_column: str = "tags",
-                         batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
-    """A token classifier on a tagged file read against the model's own tags (an unknown tag names its line)."""
+                         settings: EngineSettings | None = None) -> EvaluationReport:
+    """A token classifier on a tagged file read against the model's own tags (an unknown tag names its line),
+    through the inference engine (the file's sentences are tokenized as training tokenized them, up front)."""
+    from bertforge import engine
     from bertforge.data.tagged import read_tagged_split
     from bertforge.locate import resolve_data_file
+    from bertforge.models.token_classification import IGNORED_LABEL
 
     model = loaded.model
     names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
@@ -231,4 +245,20 @@ def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = 
                                tags_column=tags_column, origin=f"the model's tags ({loaded.name})",
                                cli_flags=True)
     dataset = TaggedDataset(tagged, loaded.tokenizer(), loaded.max_length)
-    return evaluate_tagged(model, dataset, split, batch_size)
+
+    def rows_per_sentence(logits: torch.Tensor, examples: list[dict[str, Any]]) -> list[torch.Tensor]:
+        return list(logits.float().split([len(example["word_starts"]) for example in examples]))
+
+    workload = engine.Workload(encode=lambda indices: [dataset[i] for i in indices], tokens=engine.tokens_of,
+                               collate=collate_tagged, split=rows_per_sentence,
+                               size=lambda index: int(dataset.offsets[index + 1] - dataset.offsets[index]))
+    done = engine.run(list(range(len(dataset))), workload,
+                      engine.torch_backend(model, lambda output: output.logits, extra=("rows",)),
+                      settings or engine.EngineSettings(label="evaluating"))
+    logits = torch.cat(done.results) if done.results else torch.zeros(0, len(names))
+    gold_ids = torch.from_numpy(dataset.tags if dataset.tags is not None else np.zeros(0, dtype=np.int64))
+    words = [dataset.words_of(index) for index in range(len(dataset))]
+    loss = float(F.cross_entropy(logits, gold_ids, ignore_index=IGNORED_LABEL, reduction="sum")) / max(len(gold_ids), 1)
+    gold = tag_sequences(gold_ids.numpy(), words, names)
+    predicted = tag_sequences(logits.argmax(dim=-1).numpy(), words, names)
+    return tagged_report(gold, predicted, loss, dataset, split)

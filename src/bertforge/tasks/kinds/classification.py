@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
     from bertforge.config import Config, FinetuneSection
     from bertforge.data.labels import LabeledSplit
-    from bertforge.inference import LoadedModel
+    from bertforge.engine import EngineSettings
+    from bertforge.inference import LoadedModel, Predictions
     from bertforge.tasks.evaluation import EvaluationReport
     from bertforge.train.task import Task
 
@@ -35,6 +36,7 @@ def metric_names(section: FinetuneSection, data: Any) -> set[str]:
 
 
 def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
+    from bertforge.engine import settings_of
     from bertforge.tasks.classify import evaluate_file
 
     if Path(args.data).suffix == ".txt":
@@ -44,13 +46,14 @@ def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
     label_map = loaded.run_settings.classification.label_map if loaded.run_settings is not None else None
     return evaluate_file(loaded, args.data, split=args.split_name, text_column=args.text_column,
                          text_pair_column=args.text_pair_column, label_column=args.label_column,
-                         label_map=label_map, delimiter=args.delimiter, batch_size=args.batch_size)
+                         label_map=label_map, delimiter=args.delimiter,
+                         settings=settings_of(args, "evaluating"))
 
 
-def predict(loaded: LoadedModel, split: LabeledSplit, batch_size: int) -> list[dict[str, Any]]:
+def predict(loaded: LoadedModel, split: LabeledSplit, settings: EngineSettings) -> Predictions:
     from bertforge.tasks.classify import prediction_rows
 
-    return prediction_rows(loaded, split, batch_size)
+    return prediction_rows(loaded, split, settings)
 
 
 def model_of(loaded: LoadedModel) -> nn.Module | None:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     from bertforge.config import Config, FinetuneSection
     from bertforge.data.labels import LabeledSplit
-    from bertforge.inference import LoadedModel
+    from bertforge.engine import EngineSettings
+    from bertforge.inference import LoadedModel, Predictions
     from bertforge.tasks.evaluation import EvaluationReport
     from bertforge.train.task import Task
 
@@ -48,7 +49,7 @@ def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
                                batch_size=args.batch_size)
 
 
-def predict(loaded: LoadedModel, split: LabeledSplit, batch_size: int) -> list[dict[str, Any]]:
+def predict(loaded: LoadedModel, split: LabeledSplit, settings: EngineSettings) -> Predictions:
     raise BertforgeError(f"{loaded.name} is a sentence-embedding model: it has no labels to predict; get its vectors "
                          f"with `bertforge embed {loaded.name} --input FILE`")
 

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     from bertforge.config import Config, FinetuneSection
     from bertforge.data.labels import LabeledSplit
-    from bertforge.inference import LoadedModel
+    from bertforge.engine import EngineSettings
+    from bertforge.inference import LoadedModel, Predictions
     from bertforge.tasks.evaluation import EvaluationReport
     from bertforge.train.task import Task
 
@@ -36,7 +37,8 @@ class TaskKind:
     # what its evaluation reports (train.best_metric's choices), given the section and what `read` returned
     metric_names: Callable[[FinetuneSection, Any], set[str]]
     evaluate: Callable[[LoadedModel, argparse.Namespace], EvaluationReport]  # `bertforge evaluate MODEL --data FILE`
-    predict: Callable[[LoadedModel, LabeledSplit, int], list[dict[str, Any]]]  # `bertforge predict`: one row per text
+    # `bertforge predict`: one row per text, through the inference engine (bertforge.engine) run as the settings say
+    predict: Callable[[LoadedModel, LabeledSplit, EngineSettings], Predictions]
     model_of: Callable[[LoadedModel], nn.Module | None]  # the model of this kind a loaded directory holds, or None
     export: Callable[[nn.Module, Path | None, Path, int], Any]  # final/ and `export --format hf`: the format its users load
     for_onnx: Callable[[nn.Module], tuple[nn.Module, str | None]]  # what `export --format onnx` traces, and a note

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
     from bertforge.config import Config, FinetuneSection
     from bertforge.data.labels import LabeledSplit
-    from bertforge.inference import LoadedModel
+    from bertforge.engine import EngineSettings
+    from bertforge.inference import LoadedModel, Predictions
     from bertforge.tasks.evaluation import EvaluationReport
     from bertforge.train.task import Task
 
@@ -44,17 +45,18 @@ def _choice_columns(loaded: LoadedModel) -> list[str]:
 
 def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
     """Accuracy (and mean cross-entropy) of the right choice over a labeled file."""
+    from bertforge.engine import settings_of
     from bertforge.locate import resolve_data_file
-    from bertforge.tasks.multiple_choice import ChoiceDataset, evaluate_choices, read_choice_split
+    from bertforge.tasks.multiple_choice import evaluate_choice_split, read_choice_split
 
     split = read_choice_split(resolve_data_file(str(args.data)) or str(args.data), context_column=args.text_column,
                               choice_columns=_choice_columns(loaded), label_column=args.label_column,
                               delimiter=args.delimiter, split=args.split_name, cli_flags=True)
-    dataset = ChoiceDataset(split, loaded.tokenizer(), loaded.max_length)
-    return evaluate_choices(loaded.model, dataset, args.split_name, args.batch_size)
+    return evaluate_choice_split(loaded.model, split, loaded.tokenizer(), loaded.max_length, args.split_name,
+                                 settings_of(args, "evaluating"))
 
 
-def predict(loaded: LoadedModel, split: LabeledSplit, batch_size: int) -> list[dict[str, Any]]:
+def predict(loaded: LoadedModel, split: LabeledSplit, settings: EngineSettings) -> Predictions:
     """The chosen candidate per question. The command's reader gives the contexts; their candidates are read from
     the same file's rows."""
     from bertforge.locate import resolve_data_file
@@ -66,7 +68,7 @@ def predict(loaded: LoadedModel, split: LabeledSplit, batch_size: int) -> list[d
                              f"the candidate answers ({', '.join(_choice_columns(loaded))}); --text and --text-pair "
                              "cannot hold them")
     choices = with_choices(path, split.texts, _choice_columns(loaded))
-    return choice_rows(loaded.model, choices, loaded.tokenizer(), loaded.max_length, batch_size)
+    return choice_rows(loaded.model, choices, loaded.tokenizer(), loaded.max_length, settings)
 
 
 def model_of(loaded: LoadedModel) -> nn.Module | None:

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
     from bertforge.config import Config, FinetuneSection
     from bertforge.data.labels import LabeledSplit
-    from bertforge.inference import LoadedModel
+    from bertforge.engine import EngineSettings
+    from bertforge.inference import LoadedModel, Predictions
     from bertforge.tasks.evaluation import EvaluationReport
     from bertforge.train.task import Task
 
@@ -36,19 +37,20 @@ def metric_names(section: FinetuneSection, data: Any) -> set[str]:
 
 def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
     """seqeval's entity-level precision/recall/F1, word accuracy and the per-type table."""
+    from bertforge.engine import settings_of
     from bertforge.tasks.tagging import evaluate_tagged_file
 
     return evaluate_tagged_file(loaded, args.data, split=args.split_name, tokens_column=args.tokens_column,
-                                tags_column=args.tags_column, batch_size=args.batch_size)
+                                tags_column=args.tags_column, settings=settings_of(args, "evaluating"))
 
 
-def predict(loaded: LoadedModel, split: LabeledSplit, batch_size: int) -> list[dict[str, Any]]:
+def predict(loaded: LoadedModel, split: LabeledSplit, settings: EngineSettings) -> Predictions:
     """Entities with their character spans and scores per text."""
     from bertforge.tasks.tagging import entity_rows
 
     if split.text_pairs is not None:
         raise BertforgeError(f"{loaded.name} tags single texts; drop --text-pair-column / --text-pair")
-    return entity_rows(loaded, split.texts, batch_size)
+    return entity_rows(loaded, split.texts, settings)
 
 
 def model_of(loaded: LoadedModel) -> nn.Module | None:
