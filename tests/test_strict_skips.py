@@ -42,8 +42,14 @@ def run_pytest(directory: Path, strict: bool) -> subprocess.CompletedProcess[str
                           cwd=directory, env=env, capture_output=True, text=True, timeout=120)
 
 
+def copy_conftest(directory: Path) -> None:
+    """The suite's conftest, with the helpers it imports (tests/helpers/suite_order.py)."""
+    shutil.copyfile(HERE / "conftest.py", directory / "conftest.py")
+    shutil.copytree(HERE / "helpers", directory / "helpers", ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def test_a_skip_for_a_package_make_test_installs_fails_under_make_test_only(tmp_path: Path) -> None:
-    shutil.copyfile(HERE / "conftest.py", tmp_path / "conftest.py")
+    copy_conftest(tmp_path)
     (tmp_path / "test_skipping.py").write_text(SKIPPING_TESTS, encoding="utf-8")
     strict = run_pytest(tmp_path, strict=True)
     assert "1 failed, 1 skipped" in strict.stdout, strict.stdout
@@ -57,7 +63,7 @@ def test_a_cuda_test_without_a_gpu_is_a_skip_with_its_reason_even_under_make_tes
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: cuda tests run here instead of skipping")
-    shutil.copyfile(HERE / "conftest.py", tmp_path / "conftest.py")
+    copy_conftest(tmp_path)
     (tmp_path / "test_gpu.py").write_text(CUDA_TEST, encoding="utf-8")
     strict = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
                             cwd=tmp_path, env=os.environ | {"BERTFORGE_STRICT_TESTS": "1"}, capture_output=True,
