@@ -309,9 +309,13 @@ def test_ctrl_c_stops_tokenizer_training_within_seconds(tmp_path: Path) -> None:
                                 "--vocab-size", "30000", "--min-frequency", "1", "--out", str(tmp_path / "out")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=environment())
     try:
-        deadline = time.monotonic() + 10  # the training child starts (before the fix there was none)
+        # the interrupt must reach the command while its training child runs (before the fix there was none):
+        # wait for that child however long a loaded machine takes to start it, rather than signal after a fixed
+        # 10 s (a run of the suite under load 8 once sent it before the child existed, and the command finished)
+        deadline = time.monotonic() + 300
         while not psutil.Process(process.pid).children() and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.1)
+        assert psutil.Process(process.pid).children(), f"no training child after 300 s: {process.poll()}"
         time.sleep(3)  # the documents are read in about a second; then the trainer computes its merges
         assert process.poll() is None, f"training ended before the interrupt: {process.communicate()}"
         children = psutil.Process(process.pid).children(recursive=True)
