@@ -16,6 +16,7 @@ from helpers.finetuning import minilm_dir
 
 from bertforge import engine
 from bertforge.cli import main
+from bertforge.data.labels import LabeledSplit
 from bertforge.embed import Embedder, embed_run
 from bertforge.engine import EngineSettings
 from bertforge.errors import BertforgeError
@@ -82,11 +83,12 @@ def test_classification_in_budget_batches_equals_one_text_at_a_time_in_input_ord
     loaded = load_model(models["classification"])
     split = read_inputs(_txt(texts, models["classification"].parent / "texts.txt"))
     alone = prediction_rows(loaded, split, ONE_AT_A_TIME)
+    each = [prediction_rows(loaded, LabeledSplit.unlabeled("one", [text])).rows[0] for text in texts]  # no sorting
     batched = prediction_rows(loaded, split, SMALL_BUDGET)
     default = prediction_rows(loaded, split)
-    for rows in (batched, default):
+    for rows in (batched, default, alone):
         assert [row["text"] for row in rows.rows] == texts
-        for ours, single in zip(rows.rows, alone.rows, strict=True):
+        for ours, single in zip(rows.rows, each, strict=True):
             assert ours["label"] == single["label"]
             assert ours["probabilities"] == pytest.approx(single["probabilities"], abs=1e-5)
     assert batched.truncated == alone.truncated == over_length >= 2  # LONG and LONG twice at least: counted
@@ -120,12 +122,12 @@ def test_tagging_in_budget_batches_equals_one_text_at_a_time(models: dict[str, P
 def test_vectors_in_budget_batches_equal_one_text_at_a_time(models: dict[str, Path], texts: list[str],
                                                             over_length: int) -> None:
     embedder = Embedder(load_model(models["embedding"]).model, minilm_dir(), MAX_LENGTH, "tiny")
-    alone = embed_run(embedder, texts, ONE_AT_A_TIME)
+    alone = np.concatenate([embed_run(embedder, [text]).vectors for text in texts])  # nothing to sort or batch
     batched = embed_run(embedder, texts, SMALL_BUDGET)
     assert batched.truncated == over_length
-    assert np.abs(batched.vectors - alone.vectors).max() <= 1e-5
+    assert np.abs(batched.vectors - alone).max() <= 1e-5
     shuffled = list(reversed(texts))  # row i is text i whatever order the texts come in
-    assert np.abs(embed_run(embedder, shuffled, SMALL_BUDGET).vectors[::-1] - alone.vectors).max() <= 1e-5
+    assert np.abs(embed_run(embedder, shuffled).vectors[::-1] - alone).max() <= 1e-5
 
 
 def test_multiple_choice_in_budget_batches_equals_one_question_at_a_time(models: dict[str, Path],
@@ -215,3 +217,55 @@ def test_bad_engine_settings_and_an_empty_line_are_one_line_errors(models: dict[
 def _txt(texts: list[str], path: Path) -> Path:
     path.write_text("\n".join(texts) + "\n")
     return path
+
+
+def test_the_cli_default_budget_is_the_engines() -> None:
+    from bertforge.commands import predict
+
+    assert predict.DEFAULT_MAX_BATCH_TOKENS == engine.DEFAULT_MAX_BATCH_TOKENS
+
+
+def test_evaluate_through_the_engine_equals_the_training_evaluation(models: dict[str, Path], texts: list[str],
+                                                                     tmp_path: Path) -> None:
+    """The training-time evaluations batch the file in order, without the engine: the reference."""
+    from bertforge.data.aligned import TaggedDataset
+    from bertforge.data.labeled import LabeledDataset
+    from bertforge.data.labels import LabelSet, read_labeled_split
+    from bertforge.data.pairs import PairSplit
+    from bertforge.data.tagged import read_tagged_split
+    from bertforge.tasks.classify import evaluate_file
+    from bertforge.tasks.embedding import evaluate_pairs, evaluate_pairs_file
+    from bertforge.tasks.evaluation import evaluate_dataset
+    from bertforge.tasks.multiple_choice import ChoiceDataset, evaluate_choice_split, evaluate_choices
+    from bertforge.tasks.tagging import evaluate_tagged, evaluate_tagged_file
+
+    def same(ours: dict[str, float], theirs: dict[str, float]) -> None:
+        assert ours.keys() == theirs.keys()
+        assert list(ours.values()) == pytest.approx(list(theirs.values()), abs=1e-5)
+
+    names = ["noun.act", "noun.animal", "verb.motion"]
+    labeled = tmp_path / "labeled.jsonl"
+    labeled.write_text("".join(json.dumps({"text": text, "label": names[i % 3], "tokens": text.split(),
+                                           "tags": [("O", "B-X", "I-X")[(i + k) % 3] for k in range(len(text.split()))],
+                                           "positive": texts[-1 - i]}) + "\n" for i, text in enumerate(texts)))
+    loaded = load_model(models["classification"])
+    split = read_labeled_split(labeled, labels=LabelSet(names), split="evaluation")
+    same(evaluate_file(loaded, labeled, settings=SMALL_BUDGET).metrics,
+         evaluate_dataset(loaded.model, LabeledDataset(split, minilm_dir(), MAX_LENGTH), "evaluation", 7).metrics)
+
+    loaded = load_model(models["tagging"])
+    tagged = read_tagged_split(labeled, ["O", "B-X", "I-X"], tokens_column="tokens", tags_column="tags")
+    same(evaluate_tagged_file(loaded, labeled, settings=SMALL_BUDGET).metrics,
+         evaluate_tagged(loaded.model, TaggedDataset(tagged, minilm_dir(), MAX_LENGTH), "evaluation", 7).metrics)
+
+    loaded = load_model(models["choice"])
+    choices = ChoiceSplit("memory", texts, [[texts[(i + k) % len(texts)] for k in range(2 + i % 3)]
+                                            for i in range(len(texts))], [i % 2 for i in range(len(texts))])
+    same(evaluate_choice_split(loaded.model, choices, minilm_dir(), MAX_LENGTH, "evaluation", SMALL_BUDGET).metrics,
+         evaluate_choices(loaded.model, ChoiceDataset(choices, minilm_dir(), MAX_LENGTH), "evaluation", 7).metrics)
+
+    loaded = load_model(models["embedding"])
+    pairs = PairSplit(str(labeled), texts, list(reversed(texts)))
+    same(evaluate_pairs_file(loaded, loaded.model, labeled, text_pair_column="positive", batch_size=7,
+                             settings=SMALL_BUDGET).metrics,
+         evaluate_pairs(loaded.model, pairs, minilm_dir(), MAX_LENGTH, "evaluation", "mnrl", 20.0, 7).metrics)

@@ -42,10 +42,11 @@ Example = TypeVar("Example")
 Batch = dict[str, Any]
 Backend = Callable[[Batch], Any]  # a batch (bertforge.batch's unpadded layout + the kind's extras) -> model outputs
 
-# Measured (benchmarks in the commit that set it): all-MiniLM-L6-v2 over 1,500 WordNet glosses on 2 threads,
-# texts/s at budgets 1k/2k/4k/8k/16k tokens were within a few percent from 2k up; 4,096 keeps a batch's
-# activations small (a 6x384 model: tens of MB) while its matmuls are large enough to run at full speed.
-DEFAULT_MAX_BATCH_TOKENS = 4096
+# benchmarks/engine_budget.py (all-MiniLM-L6-v2, 1,500 glosses of 18 tokens on average, 2 threads, a shared
+# machine, two runs): with no count cap, 16,384 tokens gave 144 and 57 texts/s, 4,096 gave 83 and 48, 1,024 gave
+# 33 and 30; with --batch-size 64 every budget gave 30-73 (the count binds first on short texts). The largest
+# budget tried is the default; its activations stay small on a CPU (bert-base: about 200 MB in the MLP).
+DEFAULT_MAX_BATCH_TOKENS = 16384
 DEFAULT_BATCH_SIZE = 64  # inputs per batch at most (the token budget usually binds first)
 ENCODE_CHUNK = 1024  # inputs per encode_batch call on the tokenizer thread
 QUEUE_CHUNKS = 4  # encoded chunks waiting for the model at most: the tokenizer runs ahead, memory stays bounded
@@ -81,7 +82,6 @@ class Workload(Generic[Item, Example]):
 class EngineRun:
     results: list[Any]  # one per input, in input order
     truncated: int  # inputs cut at the model's length
-    seconds: float
 
 
 def run(items: Sequence[Item], workload: Workload[Item, Example], backend: Backend,
@@ -93,19 +93,23 @@ def run(items: Sequence[Item], workload: Workload[Item, Example], backend: Backe
     truncated = 0
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
+    encoded = _encoded_ahead(items, order, workload)
     with Progress(*columns, console=console, transient=True, disable=not progress_enabled()) as progress, \
             torch.inference_mode():
         bar = progress.add_task(settings.label, total=len(items), rate="")
         done = 0
-        for positions, examples in _batches(_encoded_ahead(items, order, workload), workload, settings):
-            outputs = workload.split(backend(workload.collate(examples)), examples)
-            for position, example, result in zip(positions, examples, outputs, strict=True):
-                results[position] = result
-                truncated += workload.truncated(example)
-            done += len(examples)
-            rate = done / max(time.perf_counter() - started, 1e-9)
-            progress.update(bar, advance=len(examples), rate=f"{rate:,.0f} texts/s")
-    return EngineRun(results, truncated, time.perf_counter() - started)
+        try:
+            for positions, examples in _batches(encoded, workload, settings):
+                outputs = workload.split(backend(workload.collate(examples)), examples)
+                for position, example, result in zip(positions, examples, outputs, strict=True):
+                    results[position] = result
+                    truncated += workload.truncated(example)
+                done += len(examples)
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                progress.update(bar, advance=len(examples), rate=f"{rate:,.0f} texts/s")
+        finally:
+            encoded.close()  # stops and joins the tokenizer thread now, also when the model failed
+    return EngineRun(results, truncated)
 
 
 def _encoded_ahead(items: Sequence[Item], order: list[int], workload: Workload[Item, Example],

@@ -58,7 +58,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         bertforge predict runs/supersense-minilm --input bundled:supersense/test --out preds.jsonl
         bertforge predict runs/supersense-minilm --text "a small domesticated carnivore" --text "to run fast"
         bertforge predict runs/supersense-minilm --input texts.txt --out preds.jsonl --overwrite
-        bertforge predict runs/supersense-minilm --input texts.csv --out preds.parquet --max-batch-tokens 8192
         bertforge predict runs/nli/final --input pairs.tsv --text-column premise --text-pair-column hypothesis \\
             --id-column pair_id --out preds.jsonl
         """)
@@ -81,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 DEFAULT_ID = "id"  # bertforge.inference.DEFAULT_ID_COLUMN, without importing torch to build the parser
-DEFAULT_MAX_BATCH_TOKENS = 4096  # bertforge.engine.DEFAULT_MAX_BATCH_TOKENS, without importing torch
+DEFAULT_MAX_BATCH_TOKENS = 16384  # bertforge.engine.DEFAULT_MAX_BATCH_TOKENS, without importing torch
 
 
 def load_model_for(args: argparse.Namespace) -> Any:
@@ -91,7 +90,7 @@ def load_model_for(args: argparse.Namespace) -> Any:
     from bertforge.engine import settings_of
     from bertforge.inference import load_model
 
-    settings_of(args, "checking")  # --max-batch-tokens and --batch-size, before loading the model
+    settings_of(args, "predicting")  # checks --max-batch-tokens and --batch-size before the model loads
     quiet_transformers()
     loaded = load_model(args.model)
     fill_from_run(args, loaded.run_settings)

@@ -49,6 +49,7 @@ from bertforge.train.map_style import iterate_once
 from bertforge.train.task import Batch, StepRunner, TaskData
 
 if TYPE_CHECKING:
+    from bertforge.engine import EngineSettings
     from bertforge.inference import LoadedModel
 
 TASK_TYPE = "embedding"
@@ -163,12 +164,18 @@ def pair_metrics(model: nn.Module, batches: Iterable[Batch], split: PairSplit, e
         by_batch.append([role.float().cpu() for role in roles_of(model(**inputs), batch)])
         if "labels" in batch:
             scores.append(batch["labels"])
+    return metrics_of_embeddings(by_batch, torch.cat(scores) if scores else None, split, embedding_loss, scale)
+
+
+def metrics_of_embeddings(by_batch: list[list[torch.Tensor]], scores: torch.Tensor | None, split: PairSplit,
+                          embedding_loss: str, scale: float) -> dict[str, float]:
+    """`pair_metrics` of the embeddings of each batch's pairs, by role (anchors, positives[, negatives])."""
     roles = [torch.cat(role) for role in zip(*by_batch, strict=True)]
     if embedding_loss == "cosine":
+        assert scores is not None
         similarities = F.cosine_similarity(roles[0], roles[1], dim=-1)
-        target = torch.cat(scores)
-        return compute_metrics("regression", similarities.numpy(), target.numpy()) | {
-            "loss": float(cosine_errors(roles[0], roles[1], target).mean())}
+        return compute_metrics("regression", similarities.numpy(), scores.numpy()) | {
+            "loss": float(cosine_errors(roles[0], roles[1], scores).mean())}
     losses = [float(multiple_negatives_ranking(b[0], torch.cat(b[1:]), scale)) for b in by_batch]
     return retrieval_scores(split, roles) | {"loss": sum(losses) / max(len(losses), 1)}
 
@@ -184,8 +191,13 @@ def evaluate_pairs(model: nn.Module, split: PairSplit, tokenizer: Path, max_leng
 def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Path, *, split: str = "evaluation",
                         text_column: str = "text", text_pair_column: str | None = None,
                         negative_column: str | None = None, metric: str = "retrieval", label_column: str = "label",
-                        delimiter: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> EvaluationReport:
-    """An embedding model on pairs: retrieval metrics, or (metric cosine) the correlation of cos(a, b) with scores."""
+                        delimiter: str | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+                        settings: EngineSettings | None = None) -> EvaluationReport:
+    """An embedding model on pairs: retrieval metrics, or (metric cosine) the correlation of cos(a, b) with scores.
+
+    Every text is embedded through the inference engine (`settings`); the reported MNRL loss is the mean over
+    consecutive blocks of `batch_size` pairs, as a training evaluation's micro-batches give it."""
+    from bertforge import engine
     from bertforge.config import FinetuneSection
     from bertforge.data.pairs import PairColumns, read_pair_split
     from bertforge.locate import resolve_data_file
@@ -198,7 +210,14 @@ def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Pa
     pairs = read_pair_split(resolve_data_file(str(data)) or str(data), columns, delimiter=delimiter, split=split,
                             cli_flags=True)
     # the reported loss is MNRL at the run's similarity_scale (sentence-transformers' 20 for other models)
-    settings = (loaded.run_settings or FinetuneSection()).embedding
+    section = (loaded.run_settings or FinetuneSection()).embedding
     loss = "mnrl" if metric == "retrieval" else "cosine"
-    return evaluate_pairs(embedder, pairs, loaded.tokenizer(), loaded.max_length, split, loss,
-                          settings.similarity_scale, batch_size)
+    workload = engine.text_workload(loaded.tokenizer(), loaded.max_length, engine.rows_of)
+    columns = [pairs.anchors, pairs.positives] + ([pairs.negatives] if pairs.negatives is not None else [])
+    roles = [torch.stack(engine.run(texts, workload, engine.torch_backend(embedder),
+                                    settings or engine.EngineSettings(label="evaluating")).results)
+             for texts in columns]
+    by_batch = [[role[start:start + batch_size] for role in roles] for start in range(0, len(pairs), batch_size)]
+    scores = torch.tensor(pairs.scores, dtype=torch.float32) if pairs.scores is not None else None
+    metrics = metrics_of_embeddings(by_batch, scores, pairs, loss, section.similarity_scale)
+    return EvaluationReport(split, pairs.source, TASK_TYPE, [], metrics | {"examples": float(len(pairs))}, [], None)

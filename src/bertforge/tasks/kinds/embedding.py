@@ -37,6 +37,7 @@ def metric_names(section: FinetuneSection, data: Any) -> set[str]:
 
 def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
     """Retrieval of each query's text among all texts, or (--embedding-metric cosine) score correlation."""
+    from bertforge.engine import settings_of
     from bertforge.tasks.embedding import evaluate_pairs_file
 
     embedder = model_of(loaded)
@@ -46,7 +47,7 @@ def evaluate(loaded: LoadedModel, args: argparse.Namespace) -> EvaluationReport:
     return evaluate_pairs_file(loaded, embedder, args.data, split=args.split_name, text_column=args.text_column,
                                text_pair_column=args.text_pair_column, negative_column=args.negative_column,
                                metric=metric, label_column=args.label_column, delimiter=args.delimiter,
-                               batch_size=args.batch_size)
+                               batch_size=args.batch_size, settings=settings_of(args, "evaluating"))
 
 
 def predict(loaded: LoadedModel, split: LabeledSplit, settings: EngineSettings) -> Predictions:
