@@ -223,6 +223,7 @@ def test_the_cli_default_budget_is_the_engines() -> None:
     from bertforge.commands import predict
 
     assert predict.DEFAULT_MAX_BATCH_TOKENS == engine.DEFAULT_MAX_BATCH_TOKENS
+    assert predict.DEFAULT_BATCH_SIZE == engine.DEFAULT_BATCH_SIZE
 
 
 def test_evaluate_through_the_engine_equals_the_training_evaluation(models: dict[str, Path], texts: list[str],

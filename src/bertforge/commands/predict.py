@@ -34,8 +34,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help="tokens per forward pass: inputs are sorted by length and batched up to this many real "
                              f"tokens (no padding); a longer input runs alone (default {DEFAULT_MAX_BATCH_TOKENS})")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="inputs per forward pass at most (default 64; --max-batch-tokens usually binds first)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"inputs per forward pass at most (default {DEFAULT_BATCH_SIZE}; --max-batch-tokens "
+                             "usually binds first)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -81,6 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 DEFAULT_ID = "id"  # bertforge.inference.DEFAULT_ID_COLUMN, without importing torch to build the parser
 DEFAULT_MAX_BATCH_TOKENS = 16384  # bertforge.engine.DEFAULT_MAX_BATCH_TOKENS, without importing torch
+DEFAULT_BATCH_SIZE = 64  # bertforge.engine.DEFAULT_BATCH_SIZE, likewise
 
 
 def load_model_for(args: argparse.Namespace) -> Any:
