@@ -1,4 +1,5 @@
-"""`bertforge embed`: sentence vectors of a file of texts, batched and unpadded, written as one .npy matrix.
+"""`bertforge embed`: sentence vectors of a file of texts, batched and unpadded, written as one .npy matrix, or
+as a Parquet table / JSON lines of each row's id and vector.
 
 Any model reference works: an embedding run (or its final/, a sentence-transformers directory), a
 checkpoint, all-MiniLM-L6-v2 or another sentence-transformers directory (its pooling and Normalize
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from bertforge.engine import EngineSettings
 
 VECTORS_SUFFIX = ".npy"
+ROW_SUFFIXES = (".parquet", ".jsonl")  # outputs of rows (id, vector) rather than one matrix
 
 
 @dataclass
@@ -58,23 +60,26 @@ def read_texts(source: str | Path, text_column: str = "text", delimiter: str | N
     """Texts to embed (or to predict on): a .txt file, one per line, or a column of a csv/tsv/jsonl/parquet file."""
     from bertforge.data.labels import _check_columns, _text
     from bertforge.data.records import read_records
+    from bertforge.locate import resolve_data_file
+    from bertforge.storage import origin
 
-    path = Path(source).expanduser()
+    path = Path(resolve_data_file(str(source)) or source).expanduser()  # s3:// and bundled: too
+    shown = origin(path) if origin(path) != str(path) else source  # an object's URL, not its cached copy
     if path.suffix == ".txt":
         if not path.is_file():
-            raise DataError(f"{source}: no such file")
+            raise DataError(f"{shown}: no such file")
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError:
-            raise DataError(f"{source}: not UTF-8 text; convert it (iconv -t utf-8)") from None
+            raise DataError(f"{shown}: not UTF-8 text; convert it (iconv -t utf-8)") from None
         for number, line in enumerate(lines, start=1):
             if not line.strip():
-                raise DataError(f"{source}:{number}: empty line; every line is one text (row {number - 1} of "
+                raise DataError(f"{shown}:{number}: empty line; every line is one text (row {number - 1} of "
                                 "the output), so remove it")
         if not lines:
-            raise DataError(f"{source}: no lines; the file is empty")
+            raise DataError(f"{shown}: no lines; the file is empty")
         return lines
-    records = read_records(source, columns=[text_column], delimiter=delimiter)
+    records = read_records(path, columns=[text_column], delimiter=delimiter)
     _check_columns(records, {"text_column": text_column}, cli_flags=True)
     texts = [_text(row.get(text_column), text_column, records.where(number)) for number, row in records.rows]
     if not texts:
@@ -106,16 +111,22 @@ def embed_run(embedder: Embedder, texts: Sequence[str], settings: EngineSettings
 
 
 def check_vectors_path(out: str | Path, overwrite: bool, sources: Sequence[tuple[str | Path, str]] = ()) -> Path:
-    """Where the vectors go: a .npy path, never a source, an earlier output of `embed` only with `overwrite`
-    (checked before any work)."""
+    """Where the vectors go: a .npy (or .parquet, .jsonl) path, never a source, an earlier output of `embed` only
+    with `overwrite` (checked before any work)."""
     from bertforge.output_guard import claim_file
 
-    path = Path(out).expanduser()
-    if path.suffix != VECTORS_SUFFIX and not path.is_dir():
-        raise BertforgeError(f"--out {out} does not end in {VECTORS_SUFFIX}; the vectors are a NumPy array "
-                             f"(np.load reads it): give e.g. {path.with_suffix(VECTORS_SUFFIX)}")
+    check_vectors_suffix(str(out))
     return claim_file(out, command="embed", flag="--out", what="vectors file", overwrite=overwrite, sources=sources,
                       recognise=is_vectors_file, example_name="vectors.npy")
+
+
+def check_vectors_suffix(out: str) -> None:
+    """The vectors are a .npy matrix, or rows of id and vector (.parquet, .jsonl)."""
+    suffix = Path(out).suffix
+    if suffix != VECTORS_SUFFIX and suffix not in ROW_SUFFIXES and not Path(out).expanduser().is_dir():
+        raise BertforgeError(f"--out {out} does not end in {VECTORS_SUFFIX}, {' or '.join(ROW_SUFFIXES)}; the vectors "
+                             f"are a NumPy array (np.load reads it) or a table of each row's id and vector: give e.g. "
+                             f"{Path(out).with_suffix(VECTORS_SUFFIX)}")
 
 
 def is_vectors_file(path: Path) -> bool:
@@ -127,14 +138,41 @@ def is_vectors_file(path: Path) -> bool:
         return False
 
 
-def write_vectors(vectors: np.ndarray, path: Path) -> Path:
+def write_vectors(vectors: np.ndarray, path: Path, ids: Sequence[str | int] | None = None) -> Path:
     """Write atomically (a reader, or a crash, never sees half a file) and note it in the directory's ledger."""
-    from bertforge.output_guard import record_outputs, replace_file
+    from bertforge.output_guard import record_outputs
 
-    def write(staging: Path) -> None:
-        with open(staging, "wb") as f:
-            np.save(f, vectors)
-
-    replace_file(path, write)
+    save_vectors(vectors, path, ids)
     record_outputs(path.parent, [path.name], "embed")
     return path
+
+
+def save_vectors(vectors: np.ndarray, path: Path, ids: Sequence[str | int] | None = None) -> Path:
+    """`path` whole or not at all: a .npy matrix (row i = text i), or for .parquet / .jsonl one row per text of
+    its id and its vector (Parquet: a fixed-size list of float32, so a reader gets the matrix back in one call)."""
+    from bertforge.inference import write_jsonl
+    from bertforge.output_guard import replace_file
+
+    if path.suffix == VECTORS_SUFFIX:
+        def write(staging: Path) -> None:
+            with open(staging, "wb") as f:
+                np.save(f, vectors)
+
+        return replace_file(path, write)
+    if ids is None or len(ids) != len(vectors):
+        raise ValueError(f"{path}: a table of vectors needs one id per vector")
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+        table = pa.table({"id": list(ids), "vector": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])})
+        return replace_file(path, lambda staging: pq.write_table(table, staging))
+    return write_jsonl([{"id": row_id, "vector": vector} for row_id, vector in zip(ids, vectors.tolist(), strict=True)],
+                       path)
+
+
+def vectors_of_table(table: Any) -> np.ndarray:
+    """The [rows, hidden] float32 matrix of an `embed --out x.parquet` table's vector column."""
+    column = table.column("vector").combine_chunks()
+    return column.flatten().to_numpy().reshape(len(column), column.type.list_size)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.commands.common import add_command
+from bertforge.parts import add_part_arguments
 
 # options that default to the run's own finetune.* setting when MODEL belongs to a run (else the FinetuneSection
 # default): the columns it was trained on are the columns of the files it is used on
@@ -50,11 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "MODEL is a run directory, its final/, a checkpoint, or a bertforge / Hugging Face model "
                     "directory; a run's model reads the columns the run was trained on (its config.yaml's "
                     "finetune.text_column / text_pair_column) unless --text-column / --text-pair-column say "
-                    "otherwise. An input's id column (--id-column; by default `id` when there is one) leads each "
-                    "output line as \"id\". Texts are sorted by length into unpadded batches of at most "
-                    "--max-batch-tokens tokens, tokenized on a thread ahead of the model, and written in input "
-                    "order; a text over the model's length is truncated (the summary line counts them). --out "
-                    "x.parquet writes the same rows as a Parquet table.",
+                    "otherwise. An input file's id column (--id-column; by default `id` when there is one, else the "
+                    "row number from 0) leads each output line as \"id\". Texts are sorted by length into unpadded "
+                    "batches of at most --max-batch-tokens tokens, tokenized on a thread ahead of the model, and "
+                    "written in input order; a text over the model's length is truncated (the summary line counts "
+                    "them). --out "
+                    "x.parquet writes the same rows as a Parquet table. --num-parts N --part I predicts only part I of "
+                    "the input's rows (a Slurm array on many machines) into OUT's name with .part-0000I-of-0000N "
+                    "before its suffix; a finished part is skipped.",
         example="""
         bertforge predict runs/supersense-minilm --input bundled:supersense/test --out preds.jsonl
         bertforge predict runs/supersense-minilm --text "a small domesticated carnivore" --text "to run fast"
@@ -71,12 +75,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="pair models: the second text of each --text, in the same order")
     parser.add_argument("--id-column", default=None,
                         help=f"input column carried into each output line as \"id\" (default: {DEFAULT_ID!r} "
-                             "when the input has it)")
+                             "when the input has it, else the row number from 0)")
     parser.add_argument("--out", default=None,
                         help="output file (never --input): JSON lines, or a Parquet table (the same columns) when it "
                              "ends in .parquet; without it the JSON lines go to stdout")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier predictions file at --out")
     add_input_arguments(parser)
+    add_part_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -137,12 +142,17 @@ def run(args: argparse.Namespace) -> int:
         write_rows,
     )
     from bertforge.output_guard import claim_file, record_outputs
+    from bertforge.parts import part_of, row_ids
 
     if args.text_pair is not None and args.text is None:
         raise BertforgeError("--text-pair gives the second text of each --text; give the --text too (or --input "
                              "with --text-pair-column)")
+    part = part_of(args)
+    if part is not None and (args.input is None or args.out is None):
+        raise BertforgeError("--num-parts splits an --input file into parts, each written beside --out: give --input "
+                             "and --out (e.g. --out preds.jsonl writes preds.part-00000-of-00016.jsonl)")
     out = None
-    if args.out is not None:
+    if args.out is not None and part is None:
         out = claim_file(args.out, command="predict", flag="--out", what="predictions file", overwrite=args.overwrite,
                          sources=[(args.input, "the --input file"), (args.model, "MODEL")] if args.input else
                          [(args.model, "MODEL")], recognise=is_predictions_file, example_name="predictions.jsonl")
@@ -152,8 +162,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         inputs = read_prediction_inputs(args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                                         id_column=args.id_column, delimiter=args.delimiter)
+    ids = inputs.ids if args.text is not None else row_ids(inputs.ids, len(inputs.split))
+    if part is not None:
+        return predict_part(args, part, loaded, inputs.split, ids)
     predictions = kind_of_loaded(loaded).predict(loaded, inputs.split, settings_of(args, "predicting"))
-    rows = with_ids(predictions.rows, inputs.ids)
+    rows = with_ids(predictions.rows, ids)
     truncated = (f" ({predictions.truncated:,} truncated at {loaded.max_length} tokens)"
                  if predictions.truncated else "")
     if out is None:
@@ -166,6 +179,36 @@ def run(args: argparse.Namespace) -> int:
     path = write_rows(rows, out)
     record_outputs(path.parent, [path.name], "predict")
     log.info(f"{len(rows):,} predictions written to {path}{truncated}")
+    return 0
+
+
+def predict_part(args: argparse.Namespace, part: Any, loaded: Any, split: Any, ids: list[Any]) -> int:
+    """`--num-parts N --part I`: predict this part's rows into its own file beside --out, unless an earlier run
+    finished it."""
+    from bertforge.console import log
+    from bertforge.data.labels import LabeledSplit
+    from bertforge.engine import settings_of
+    from bertforge.inference import kind_of_loaded, with_ids, write_rows
+    from bertforge.parts import claim_part, store
+
+    rows = part.rows(len(split))
+    if not rows:
+        log.info(f"part {part.index} of {part.count} has no rows (the input has {len(split):,}); nothing to write")
+        return 0
+    location = part.output_of(args.out)
+    ids = ids[rows.start:rows.stop]
+    if not claim_part(location, ids, command="predict", what="predictions file", overwrite=args.overwrite,
+                      sources=[(args.input, "the --input file"), (args.model, "MODEL")]):
+        log.info(f"part {part.index} of {part.count}: {location} already holds its {len(ids):,} rows; skipped")
+        return 0
+    pairs = split.text_pairs[rows.start:rows.stop] if split.text_pairs is not None else None
+    mine = LabeledSplit.unlabeled(split.source, split.texts[rows.start:rows.stop], pairs)
+    predictions = kind_of_loaded(loaded).predict(loaded, mine, settings_of(args, "predicting"))
+    predicted = with_ids(predictions.rows, ids)
+    store(location, lambda path: write_rows(predicted, path), "predict")
+    truncated = (f" ({predictions.truncated:,} truncated at {loaded.max_length} tokens)"
+                 if predictions.truncated else "")
+    log.info(f"part {part.index} of {part.count}: {len(predicted):,} predictions written to {location}{truncated}")
     return 0
 
 
