@@ -233,6 +233,10 @@ QUICKSTART_AGAIN = ("`quickstart` with other sizes, --out and --seed: the same s
                     "about 37 s of CPU each; tests/test_quickstart.py holds the guide's plan to the measured one and "
                     "runs a plan end to end, tests/test_cli_parsing.py parses these lines")
 NOT_RUN: dict[str, str] = {
+    "serve runs/supersense-tagging-minilm runs/supersense-minilm runs/wordnet-embedding-minilm --port 8080":
+    "a server runs until stopped; tests/test_serve.py runs this line as written (on a free port) where the three "
+    "runs are a tiny tagger, a tiny classifier and all-MiniLM-L6-v2, and runs the guide's curl and Python examples "
+    "against it",
     "finetune configs/finetune/multilingual-distilbert.yaml": "starts from distilbert/distilbert-base-multilingual-cased "
     "in the Hugging Face cache (541 MB, not on this machine); the same recipe runs above from a model pre-trained here, "
     "and tests/test_multilingual_distilbert.py loads the Hub name from a cache holding a tiny DistilBERT under it",

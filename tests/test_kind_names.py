@@ -19,7 +19,8 @@ OWN_MODULES = {
     "regression": CLASSIFICATION | {"tasks/embedding.py"},  # the cosine loss is scored by the regression metrics
     "token_classification": {"tasks/tagging.py", "models/token_classification.py"},
     "embedding": {"tasks/embedding.py", "models/embedding.py",
-                  "data/labels.py"},  # names finetune.embedding.*, the sub-section negative_column lives in
+                  "data/labels.py",  # names finetune.embedding.*, the sub-section negative_column lives in
+                  "serving/app.py"},  # OpenAI's embeddings API calls each vector an object of type "embedding"
     "multiple_choice": {"tasks/multiple_choice.py"},
 }
 

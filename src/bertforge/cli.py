@@ -38,6 +38,7 @@ COMMAND_MODULES = [
     "bertforge.commands.embed",
     "bertforge.commands.fill_mask",
     "bertforge.commands.export",
+    "bertforge.commands.serve",
     "bertforge.commands.glue",
     "bertforge.commands.doctor",
 ]

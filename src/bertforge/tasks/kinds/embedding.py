@@ -80,7 +80,7 @@ def for_onnx(model: nn.Module) -> tuple[nn.Module, str | None]:
 
 
 KIND = TaskKind(
-    name="embedding", task_types=("embedding",), settings="embedding",
+    name="embedding", task_types=("embedding",), settings="embedding", serve_routes=("/v1/embeddings",),
     shared_keys=frozenset({"text_column", "text_pair_column", "label_column", "delimiter"}),
     model_class=BertforgeForEmbedding, task=task, read=load_pair_data, collate=collate_pairs,
     metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of, export=export, for_onnx=for_onnx)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 class TaskKind:
     name: str  # the record's name
     task_types: tuple[str, ...]  # the finetune.task_type values it serves (classification: also regression)
+    serve_routes: tuple[str, ...]  # the `bertforge serve` routes that answer with a model of this kind (bertforge.serving)
     settings: str | None  # its sub-section of `finetune:` (finetune.<settings>.*), None if it has none
     shared_keys: frozenset[str]  # the optional shared finetune.* keys it reads; setting another is an error
     model_class: type[nn.Module]  # its head: the model class a run of this kind trains

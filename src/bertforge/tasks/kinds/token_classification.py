@@ -58,7 +58,7 @@ def model_of(loaded: LoadedModel) -> nn.Module | None:
 
 
 KIND = TaskKind(
-    name="token_classification", task_types=("token_classification",), settings="tagging",
+    name="token_classification", task_types=("token_classification",), settings="tagging", serve_routes=("/tag",),
     shared_keys=frozenset({"labels"}), model_class=BertforgeForTokenClassification, task=task, read=load_tagged_data,
     collate=collate_tagged, metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of,
     export=classification.export, for_onnx=classification.for_onnx)  # a stock *ForTokenClassification

@@ -1,0 +1,133 @@
+"""One served model: loaded once, the routes its task kind's record names, and what runs a route's inputs.
+
+A route's handler never runs a model itself: it hands its inputs to the model's batcher under a `Work` key,
+and the batcher, on the model's worker thread, calls `ServedModel.run(work, inputs)` on the inputs of every
+request it gathered with the same key. Each work is one call of the function the matching command uses
+(`bertforge embed`'s engine workload, the kind's `predict`, `fill_masks`), so a served result is the
+command's result for the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertforge.engine import EngineSettings
+from bertforge.errors import BertforgeError
+
+EMBEDDINGS = "/v1/embeddings"
+PREDICT = "/predict"
+RERANK = "/rerank"
+TAG = "/tag"
+FILL_MASK = "/fill-mask"
+MODEL_ROUTES = (EMBEDDINGS, PREDICT, RERANK, TAG, FILL_MASK)  # the routes that run a model
+FILL_MASK_ROUTES = (FILL_MASK,)  # a pre-training model (no task kind): its masked-language-model head
+
+# what a batcher runs, and what may share a forward pass: ("vectors",), ("rows", pairs?), ("masks", top_k)
+Work = tuple[Any, ...]
+
+
+@dataclass
+class ServedModel:
+    name: str  # the id clients give as `model`
+    reference: str  # the MODEL argument
+    kind: str  # its task kind's name, or fill-mask
+    routes: tuple[str, ...]
+    hidden_size: int
+    runners: dict[str, Callable[..., list[Any]]] = field(default_factory=dict)  # Work[0] -> its function
+
+    def run(self, work: Work, inputs: list[Any]) -> list[Any]:
+        """One result per input, in order (on the model's worker thread)."""
+        return self.runners[work[0]](inputs, *work[1:])
+
+
+def served_name(reference: str) -> tuple[str, str]:
+    """`NAME=MODEL` or `MODEL` -> (name, reference): a run's final/ or a checkpoint is named after its run."""
+    name, equals, path = reference.partition("=")
+    if equals and name and "/" not in name:
+        return name, path
+    parts = [part for part in Path(reference.rstrip("/")).parts if part not in (".", "")]
+    while len(parts) > 1 and (parts[-1] == "final" or parts[-1].startswith("step-") or parts[-1] == "checkpoints"):
+        parts.pop()
+    return (parts[-1] if parts else reference), reference
+
+
+def load_served(reference: str, settings: EngineSettings) -> ServedModel:
+    """Load MODEL (any reference `bertforge.locate` understands) and build the runners of its routes."""
+    from bertforge.inference import load_model
+    from bertforge.models import BertforgeForPreTraining
+    from bertforge.tasks.kinds import KINDS
+
+    name, path = served_name(reference)
+    loaded = load_model(path)
+    kind = next((kind for kind in KINDS if kind.model_of(loaded) is not None), None)
+    if kind is not None:
+        kind_name, routes = kind.name, kind.serve_routes
+    elif isinstance(loaded.model, BertforgeForPreTraining):
+        kind_name, routes = "fill-mask", FILL_MASK_ROUTES
+    else:
+        raise BertforgeError(f"{path} is a {type(loaded.model).__name__} without a task head; serve a fine-tuned run "
+                             "(classification, token classification, embedding) or a pre-trained one (fill-mask)")
+    if not routes:
+        raise BertforgeError(f"{path} is a {kind_name} model: bertforge serve has no route for it; run it with "
+                             f"`bertforge predict {path} --input FILE`")
+    served = ServedModel(name, reference, kind_name, routes, loaded.model.config.hidden_size)
+    if EMBEDDINGS in routes:
+        served.runners["vectors"] = _vectors_runner(path, settings)
+    if {PREDICT, RERANK, TAG} & set(routes):
+        assert kind is not None
+        served.runners["rows"] = _rows_runner(loaded, kind.predict, name, settings)
+    if FILL_MASK in routes:
+        served.runners["masks"] = _masks_runner(loaded, settings)
+    return served
+
+
+def _vectors_runner(path: str, settings: EngineSettings) -> Callable[[list[str]], list[tuple[np.ndarray, int]]]:
+    """Texts -> (vector, tokens) each: `bertforge embed`'s engine run, token counts kept for OpenAI's usage."""
+    from bertforge import engine
+    from bertforge.embed import load_embedder
+
+    embedder = load_embedder(path)  # its pooling, Normalize and max_seq_length, as `bertforge embed` reads them
+
+    def with_tokens(outputs: Any, examples: list[dict[str, Any]]) -> list[tuple[np.ndarray, int]]:
+        return [(row.numpy(), engine.tokens_of(example))
+                for row, example in zip(engine.rows_of(outputs, examples), examples, strict=True)]
+
+    workload = engine.text_workload(embedder.tokenizer, embedder.max_length, with_tokens)
+    backend = engine.torch_backend(embedder.model)
+    return lambda texts: engine.run(texts, workload, backend, settings).results
+
+
+def _rows_runner(loaded: Any, predict: Callable[..., Any], name: str, settings: EngineSettings,
+                 ) -> Callable[[list[Any], bool], list[dict[str, Any]]]:
+    """Texts (or (text, pair) tuples) -> the kind's `predict` rows, as `bertforge predict` writes them."""
+    from bertforge.data.labels import LabeledSplit
+
+    def rows(inputs: list[Any], pairs: bool) -> list[dict[str, Any]]:
+        texts = [item[0] for item in inputs] if pairs else inputs
+        split = LabeledSplit.unlabeled(name, texts, [item[1] for item in inputs] if pairs else None)
+        return predict(loaded, split, settings).rows
+
+    return rows
+
+
+def _masks_runner(loaded: Any, settings: EngineSettings) -> Callable[[list[str], int], list[Any]]:
+    from bertforge.inference import fill_masks
+
+    return lambda texts, top_k: fill_masks(loaded, texts, top_k, settings)
+
+
+def load_all(references: Sequence[str], settings: EngineSettings) -> list[ServedModel]:
+    """Every MODEL, their names distinct."""
+    served: list[ServedModel] = []
+    for reference in references:
+        model = load_served(reference, settings)
+        if any(other.name == model.name for other in served):
+            raise BertforgeError(f"two models are named {model.name!r}; name one NAME=MODEL, e.g. "
+                                 f"{model.name}-2={reference}")
+        served.append(model)
+    return served
