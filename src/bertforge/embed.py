@@ -101,9 +101,12 @@ class Embedded:
 def embed_run(embedder: Embedder, texts: Sequence[str], settings: EngineSettings | None = None) -> Embedded:
     """The vectors of `texts` through the inference engine (length-sorted token-budget batches, unpadded)."""
     from bertforge import engine
+    from bertforge.backends import backend_for
 
-    done = engine.run(texts, engine.text_workload(embedder.tokenizer, embedder.max_length, engine.rows_of),
-                      engine.torch_backend(embedder.model), settings or engine.EngineSettings(label="embedding texts"))
+    settings = settings or engine.EngineSettings(label="embedding texts")
+    backend = backend_for(settings.backend, embedder.model, embedder.tokenizer, embedder.max_length)
+    done = engine.run(texts, engine.text_workload(embedder.tokenizer, embedder.max_length, engine.rows_of), backend,
+                      settings)
     vectors = np.zeros((len(texts), embedder.model.config.hidden_size), dtype=np.float32)
     if done.results:
         vectors[:] = torch.stack(done.results).numpy()

@@ -48,22 +48,27 @@ Backend = Callable[[Batch], Any]  # a batch (bertforge.batch's unpadded layout +
 # budget tried is the default; its activations stay small on a CPU (bert-base: about 200 MB in the MLP).
 DEFAULT_MAX_BATCH_TOKENS = 16384
 DEFAULT_BATCH_SIZE = 64  # inputs per batch at most (the token budget usually binds first)
+BACKENDS = ("torch", "onnx", "onnx-int8")  # what may run the model: bertforge.backends builds each
 ENCODE_CHUNK = 1024  # inputs per encode_batch call on the tokenizer thread
 QUEUE_CHUNKS = 4  # encoded chunks waiting for the model at most: the tokenizer runs ahead, memory stays bounded
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How the engine batches (`--max-batch-tokens`, `--batch-size`) and what its progress bar says."""
+    """How the engine batches (`--max-batch-tokens`, `--batch-size`), what its progress bar says, and what runs
+    the model (`--backend`: `bertforge.backends`)."""
 
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     batch_size: int = DEFAULT_BATCH_SIZE
     label: str = "predicting"
+    backend: str = "torch"  # torch | onnx | onnx-int8 (bertforge.backends.BACKENDS)
 
     def __post_init__(self) -> None:
         for flag, value in (("--max-batch-tokens", self.max_batch_tokens), ("--batch-size", self.batch_size)):
             if value < 1:
                 raise BertforgeError(f"{flag} is {value}; give at least 1")
+        if self.backend not in BACKENDS:
+            raise BertforgeError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
 
 
 @dataclass(frozen=True)
@@ -238,5 +243,5 @@ def torch_backend(model: nn.Module, output: Callable[[Any], Any] = lambda out: o
 
 
 def settings_of(args: argparse.Namespace, label: str) -> EngineSettings:
-    """The engine settings of a command's `--max-batch-tokens` and `--batch-size`."""
-    return EngineSettings(args.max_batch_tokens, args.batch_size, label)
+    """The engine settings of a command's `--max-batch-tokens`, `--batch-size` and `--backend`."""
+    return EngineSettings(args.max_batch_tokens, args.batch_size, label, args.backend)

@@ -226,17 +226,18 @@ def _padded_batch(loaded: LoadedModel, texts: tuple[str, ...], pairs: tuple[str,
     return {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
 
 
-def _our_outputs(model: nn.Module, batch: dict[str, torch.Tensor], output: str) -> np.ndarray:
-    """Our model on the padded batch, in the same layout as the ONNX output."""
+def _our_outputs(model: nn.Module, batch: dict[str, torch.Tensor], output: str, per_token: bool) -> np.ndarray:
+    """Our model on the padded batch, in the same layout as the ONNX output: our per-token outputs (hidden states,
+    MLM or tagging logits) come unpadded, one row per real token, and are padded like the graph's."""
     from bertforge.models import pad_tokens
 
     with torch.no_grad():
         result = model(**batch)
     if output == "last_hidden_state":
-        return pad_tokens(result, batch["attention_mask"]).numpy()
-    if hasattr(result, "mlm_logits"):
-        return pad_tokens(result.mlm_logits, batch["attention_mask"]).numpy()
-    return result.logits.numpy()
+        values = result
+    else:
+        values = result.mlm_logits if hasattr(result, "mlm_logits") else result.logits
+    return (pad_tokens(values, batch["attention_mask"]) if per_token else values).numpy()
 
 
 def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) -> ExportSummary:
@@ -269,7 +270,7 @@ def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) ->
                               opset_version=ONNX_OPSET, external_data=external, verbose=False)
         session = onnxruntime.InferenceSession(str(staging / ONNX_FILE), providers=["CPUExecutionProvider"])
         onnx_out = session.run(None, {name: check_batch[name].numpy() for name in inputs})[0]
-        ours = _our_outputs(model, {name: check_batch[name] for name in inputs}, output)
+        ours = _our_outputs(model, {name: check_batch[name] for name in inputs}, output, per_token=onnx_out.ndim == 3)
         real = check_batch["attention_mask"].numpy().astype(bool)
         if onnx_out.ndim == 3:  # token-level outputs: compare the real tokens only
             onnx_out, ours = onnx_out[real], ours[real]

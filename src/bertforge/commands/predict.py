@@ -38,6 +38,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                         help=f"inputs per forward pass at most (default {DEFAULT_BATCH_SIZE}; --max-batch-tokens "
                              "usually binds first)")
+    parser.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
+                        help="what runs the model: torch (eager PyTorch, the default), onnx (ONNX Runtime on the "
+                             "model's ONNX export, made once and cached under ~/.cache/bertforge/onnx; needs "
+                             "pip install 'bertforge[onnx]') or onnx-int8 (the same with int8 linear layers: "
+                             "faster, slightly less accurate, see docs/benchmarks.md)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -88,6 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 DEFAULT_ID = "id"  # bertforge.inference.DEFAULT_ID_COLUMN, without importing torch to build the parser
 DEFAULT_MAX_BATCH_TOKENS = 16384  # bertforge.engine.DEFAULT_MAX_BATCH_TOKENS, without importing torch
 DEFAULT_BATCH_SIZE = 64  # bertforge.engine.DEFAULT_BATCH_SIZE, likewise
+BACKENDS = ("torch", "onnx", "onnx-int8")  # bertforge.engine.BACKENDS, likewise (the first is the default)
 
 
 def load_model_for(args: argparse.Namespace) -> Any:

@@ -248,11 +248,15 @@ def classifier_logits(loaded: LoadedModel, split: LabeledSplit, settings: Engine
     """[texts, outputs] logits of the classifier `loaded` holds, in the split's order, through the inference
     engine; and how many inputs were truncated at the model's length."""
     from bertforge import engine
+    from bertforge.backends import backend_for
 
     classifier = classifier_of(loaded)
     inputs = split.texts if split.text_pairs is None else list(zip(split.texts, split.text_pairs, strict=True))
-    done = engine.run(inputs, engine.text_workload(loaded.tokenizer(), loaded.max_length, engine.rows_of),
-                      engine.torch_backend(classifier, lambda output: output.logits), settings or engine.EngineSettings())
+    settings = settings or engine.EngineSettings()
+    backend = backend_for(settings.backend, classifier, loaded.tokenizer(), loaded.max_length,
+                          lambda output: output.logits)
+    done = engine.run(inputs, engine.text_workload(loaded.tokenizer(), loaded.max_length, engine.rows_of), backend,
+                      settings)
     return torch.stack(done.results) if done.results else torch.zeros(0, classifier.num_labels), done.truncated
 
 

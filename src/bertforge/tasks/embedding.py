@@ -198,6 +198,7 @@ def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Pa
     Every text is embedded through the inference engine (`settings`); the reported MNRL loss is the mean over
     consecutive blocks of `batch_size` pairs, as a training evaluation's micro-batches give it."""
     from bertforge import engine
+    from bertforge.backends import backend_for
     from bertforge.config import FinetuneSection
     from bertforge.data.pairs import PairColumns, read_pair_split
     from bertforge.locate import resolve_data_file
@@ -214,9 +215,9 @@ def evaluate_pairs_file(loaded: LoadedModel, embedder: nn.Module, data: str | Pa
     loss = "mnrl" if metric == "retrieval" else "cosine"
     workload = engine.text_workload(loaded.tokenizer(), loaded.max_length, engine.rows_of)
     columns = [pairs.anchors, pairs.positives] + ([pairs.negatives] if pairs.negatives is not None else [])
-    roles = [torch.stack(engine.run(texts, workload, engine.torch_backend(embedder),
-                                    settings or engine.EngineSettings(label="evaluating")).results)
-             for texts in columns]
+    settings = settings or engine.EngineSettings(label="evaluating")
+    backend = backend_for(settings.backend, embedder, loaded.tokenizer(), loaded.max_length)
+    roles = [torch.stack(engine.run(texts, workload, backend, settings).results) for texts in columns]
     by_batch = [[role[start:start + batch_size] for role in roles] for start in range(0, len(pairs), batch_size)]
     scores = torch.tensor(pairs.scores, dtype=torch.float32) if pairs.scores is not None else None
     metrics = metrics_of_embeddings(by_batch, scores, pairs, loss, section.similarity_scale)

@@ -399,6 +399,7 @@ def choice_scores(model: nn.Module, split: ChoiceSplit, tokenizer: Path, max_len
     """Each question's candidates' scores, through the inference engine (a question and all its candidates in one
     batch, its cost their tokens together)."""
     from bertforge import engine
+    from bertforge.backends import backend_for
 
     encode_pairs = engine.text_encoder(tokenizer, max_length)
 
@@ -420,6 +421,7 @@ def choice_scores(model: nn.Module, split: ChoiceSplit, tokenizer: Path, max_len
                                collate=collate_choices, split=split_rows,
                                size=lambda question: len(question[0]) + sum(len(choice) for choice in question[1]),
                                truncated=engine.was_truncated)
-    backend = engine.torch_backend(model, lambda output: output.logits, extra=("choice_counts",))
-    return engine.run(list(zip(split.contexts, split.choices, strict=True)), workload, backend,
-                      settings or engine.EngineSettings())
+    settings = settings or engine.EngineSettings()
+    backend = backend_for(settings.backend, model, tokenizer, max_length, lambda output: output.logits,
+                          extra=("choice_counts",))
+    return engine.run(list(zip(split.contexts, split.choices, strict=True)), workload, backend, settings)

@@ -185,6 +185,7 @@ def entity_rows(loaded: LoadedModel, texts: Sequence[str], settings: EngineSetti
     from seqeval.metrics.sequence_labeling import get_entities
 
     from bertforge import engine
+    from bertforge.backends import backend_for
     from bertforge.inference import Predictions
 
     model = loaded.model
@@ -205,8 +206,10 @@ def entity_rows(loaded: LoadedModel, texts: Sequence[str], settings: EngineSetti
 
     workload = engine.Workload(encode=encode, tokens=engine.tokens_of, collate=collate_tagged, split=split,
                                size=len, truncated=engine.was_truncated)
-    backend = engine.torch_backend(model, lambda output: torch.softmax(output.logits.float(), dim=-1), extra=("rows",))
-    done = engine.run(texts, workload, backend, settings or engine.EngineSettings())
+    settings = settings or engine.EngineSettings()
+    backend = backend_for(settings.backend, model, loaded.tokenizer(), loaded.max_length,
+                          lambda output: torch.softmax(output.logits.float(), dim=-1), extra=("rows",))
+    done = engine.run(texts, workload, backend, settings)
     rows: list[dict[str, Any]] = []
     for text, (encoding, word_scores, ids) in zip(texts, done.results, strict=True):
         tags = [names[i] for i in ids]
@@ -235,6 +238,7 @@ def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = 
     """A token classifier on a tagged file read against the model's own tags (an unknown tag names its line),
     through the inference engine (the file's sentences are tokenized as training tokenized them, up front)."""
     from bertforge import engine
+    from bertforge.backends import backend_for
     from bertforge.data.tagged import read_tagged_split
     from bertforge.locate import resolve_data_file
     from bertforge.models.token_classification import IGNORED_LABEL
@@ -252,9 +256,10 @@ def evaluate_tagged_file(loaded: LoadedModel, data: str | Path, *, split: str = 
     workload = engine.Workload(encode=lambda indices: [dataset[i] for i in indices], tokens=engine.tokens_of,
                                collate=collate_tagged, split=rows_per_sentence,
                                size=lambda index: int(dataset.offsets[index + 1] - dataset.offsets[index]))
-    done = engine.run(list(range(len(dataset))), workload,
-                      engine.torch_backend(model, lambda output: output.logits, extra=("rows",)),
-                      settings or engine.EngineSettings(label="evaluating"))
+    settings = settings or engine.EngineSettings(label="evaluating")
+    backend = backend_for(settings.backend, model, loaded.tokenizer(), loaded.max_length,
+                          lambda output: output.logits, extra=("rows",))
+    done = engine.run(list(range(len(dataset))), workload, backend, settings)
     logits = torch.cat(done.results) if done.results else torch.zeros(0, len(names))
     gold_ids = torch.from_numpy(dataset.tags if dataset.tags is not None else np.zeros(0, dtype=np.int64))
     words = [dataset.words_of(index) for index in range(len(dataset))]

@@ -13,6 +13,7 @@ from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.tasks.kinds.kind import TaskKind
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from bertforge.config import Config, FinetuneSection
@@ -71,9 +72,17 @@ def for_onnx(model: nn.Module) -> tuple[nn.Module, str | None]:
     return model, None
 
 
+def from_onnx(model: nn.Module, logits: torch.Tensor, batch: dict[str, Any]) -> Any:
+    """The graph's [sequences, outputs] logits are the forward's."""
+    from bertforge.models.classification import SequenceClassifierOutput
+
+    return SequenceClassifierOutput(logits)
+
+
 KIND = TaskKind(
     name="classification", task_types=("classification", "regression"), settings="classification",
     serve_routes=("/predict", "/rerank"),  # /rerank: a model fine-tuned on text pairs scores (query, text)
     shared_keys=frozenset({"text_column", "text_pair_column", "label_column", "labels", "delimiter"}),
     model_class=BertforgeForSequenceClassification, task=task, read=load_labeled_data, collate=collate_unpadded,
-    metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of, export=export, for_onnx=for_onnx)
+    metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of, export=export, for_onnx=for_onnx,
+    from_onnx=from_onnx)

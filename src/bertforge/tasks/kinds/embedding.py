@@ -12,6 +12,7 @@ from bertforge.models.embedding import BertforgeForEmbedding
 from bertforge.tasks.kinds.kind import TaskKind
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from bertforge.config import Config, FinetuneSection
@@ -79,8 +80,23 @@ def for_onnx(model: nn.Module) -> tuple[nn.Module, str | None]:
                            f"{' and normalize' if model.normalize else ''} to get the sentence vectors")
 
 
+def from_onnx(model: nn.Module, hidden: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+    """The graph gives every token's last state (`for_onnx`): pooled, and normalized, as the forward does."""
+    import torch
+    import torch.nn.functional as F
+
+    from bertforge.models.heads import pool, pooled_rows
+
+    assert isinstance(model, BertforgeForEmbedding)
+    cu_seqlens = torch.as_tensor(batch["cu_seqlens"])
+    rows = pooled_rows(cu_seqlens, model.config.pooling)
+    vectors = pool(hidden if rows is None else hidden[rows], cu_seqlens, model.config.pooling)
+    return F.normalize(vectors, dim=-1) if model.normalize else vectors
+
+
 KIND = TaskKind(
     name="embedding", task_types=("embedding",), settings="embedding", serve_routes=("/v1/embeddings",),
     shared_keys=frozenset({"text_column", "text_pair_column", "label_column", "delimiter"}),
     model_class=BertforgeForEmbedding, task=task, read=load_pair_data, collate=collate_pairs,
-    metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of, export=export, for_onnx=for_onnx)
+    metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of, export=export, for_onnx=for_onnx,
+    from_onnx=from_onnx)

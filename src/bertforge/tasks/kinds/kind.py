@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from bertforge.config import Config, FinetuneSection
@@ -43,3 +44,6 @@ class TaskKind:
     model_of: Callable[[LoadedModel], nn.Module | None]  # the model of this kind a loaded directory holds, or None
     export: Callable[[nn.Module, Path | None, Path, int], Any]  # final/ and `export --format hf`: the format its users load
     for_onnx: Callable[[nn.Module], tuple[nn.Module, str | None]]  # what `export --format onnx` traces, and a note
+    # `--backend onnx`: what the model's forward returns, from its graph's output on an engine batch (the graph's
+    # per-token outputs already unpadded to the batch's tokens) and the batch; None: the kind has no ONNX graph
+    from_onnx: Callable[[nn.Module, torch.Tensor, dict[str, Any]], Any] | None

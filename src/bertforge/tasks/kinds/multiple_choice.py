@@ -85,4 +85,5 @@ KIND = TaskKind(
     serve_routes=(),  # its inputs (a context and its candidates) have no route yet
     shared_keys=frozenset({"text_column", "label_column", "delimiter"}), model_class=BertforgeForMultipleChoice,
     task=task, read=load_choice_data, collate=collate_choices, metric_names=metric_names, evaluate=evaluate,
-    predict=predict, model_of=model_of, export=classification.export, for_onnx=for_onnx)  # a stock *ForMultipleChoice
+    predict=predict, model_of=model_of, export=classification.export, for_onnx=for_onnx,
+    from_onnx=None)  # a stock *ForMultipleChoice

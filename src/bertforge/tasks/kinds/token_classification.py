@@ -13,6 +13,7 @@ from bertforge.tasks.kinds import classification
 from bertforge.tasks.kinds.kind import TaskKind
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from bertforge.config import Config, FinetuneSection
@@ -57,8 +58,17 @@ def model_of(loaded: LoadedModel) -> nn.Module | None:
     return loaded.model if type(loaded.model) is BertforgeForTokenClassification else None
 
 
+def from_onnx(model: nn.Module, logits: torch.Tensor, batch: dict[str, Any]) -> Any:
+    """The graph tags every token; the forward returns those of the batch's `rows` (each word's first piece,
+    `collate_tagged`)."""
+    from bertforge.models.token_classification import TokenClassifierOutput
+
+    return TokenClassifierOutput(logits[batch["rows"]])
+
+
 KIND = TaskKind(
     name="token_classification", task_types=("token_classification",), settings="tagging", serve_routes=("/tag",),
     shared_keys=frozenset({"labels"}), model_class=BertforgeForTokenClassification, task=task, read=load_tagged_data,
     collate=collate_tagged, metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of,
-    export=classification.export, for_onnx=classification.for_onnx)  # a stock *ForTokenClassification
+    export=classification.export, for_onnx=classification.for_onnx,
+    from_onnx=from_onnx)  # a stock *ForTokenClassification
