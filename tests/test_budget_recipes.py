@@ -37,7 +37,7 @@ from bertforge.train.trainer import FitResult, Trainer
 TINY = ["model.preset=bert-tiny", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
         "model.num_layers=1", "data.seq_len=64", "data.num_workers=0", "optim.lr=3e-3", "schedule.warmup=2",
         "train.micro_batch_size=8", "train.global_batch_size=16", "train.log_every=1", "log.progress=false",
-        "log.tensorboard=false", "data.validation_samples=32", "model.hidden_dropout=0.1"]
+        "log.tensorboard=false", "log.plots=false", "data.validation_samples=32", "model.hidden_dropout=0.1"]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_the_cpu_budget_recipe_trains_for_its_time_budget_without_dropout(prepar
     config = load_config(RECIPES / "budget-cpu.yaml", [
         f"data.path={prepared_mlm}", f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}",
         "train.max_time_minutes=0.03", "train.eval_every=null", "train.checkpoint_every=null", "log.progress=false",
-        "log.tensorboard=false", "data.num_workers=0", "data.validation_samples=16"])
+        "log.tensorboard=false", "log.plots=false", "data.num_workers=0", "data.validation_samples=16"])
     assert config.train.max_steps is None and config.train.disable_dropout
     trainer = Trainer(config, PretrainTask(config))
     result = trainer.fit()
@@ -278,7 +278,7 @@ def test_the_trainer_follows_the_one_cycle_schedule_and_checks_peak_at(prepared_
 
 BAG_OF_WORDS = ["optim.lr=3e-2", "optim.weight_decay=0.0", "train.micro_batch_size=32", "train.global_batch_size=32",
                 "train.checkpoint_every=1", "train.keep_last=10", "data.num_workers=0", "log.progress=false",
-                "log.tensorboard=false"]
+                "log.tensorboard=false", "log.plots=false"]
 
 
 def bag_of_words_run(run_dir: Path, *extra: str) -> Any:

@@ -78,7 +78,7 @@ def test_only_fused_adamw_without_an_amp_scaler_or_sharding_folds() -> None:
 def test_a_cpu_run_with_adamw_folds_its_clipping_and_logs_the_norm(tmp_path: Path) -> None:
     config = load_config(None, ["optim.name=adamw", "optim.clip_grad_norm=0.001", "train.max_steps=3",
                                 "train.micro_batch_size=32", "train.global_batch_size=32", "train.log_every=1",
-                                "data.num_workers=0", "log.progress=false", "log.tensorboard=false",
+                                "data.num_workers=0", "log.progress=false", "log.tensorboard=false", "log.plots=false",
                                 f"run.output_dir={tmp_path}", "run.name=folded"])
     trainer = Trainer(config, trainer_tasks.NoDropout(config))
     result = trainer.fit()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "helpers" / "trainer_tasks.py"
 OVERRIDES = ["optim.lr=3e-2", "optim.weight_decay=0.01", "schedule.name=linear", "schedule.warmup=2",
              "train.micro_batch_size=16", "train.global_batch_size=64", "train.max_steps=6", "train.log_every=1",
-             "train.eval_every=3", "data.num_workers=0", "log.progress=false", "log.tensorboard=false"]
+             "train.eval_every=3", "data.num_workers=0", "log.progress=false", "log.tensorboard=false", "log.plots=false"]
 
 
 def launch(run_dir: Path, nproc: int, task: str, *extra: str, wait: bool = True) -> subprocess.Popen | None:

@@ -18,7 +18,7 @@ from bertforge.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "helpers" / "trainer_tasks.py"
 BASE = ["optim.lr=3e-2", "optim.weight_decay=0.0", "train.micro_batch_size=32", "train.global_batch_size=32", "train.log_every=1",
-        "data.num_workers=0", "log.progress=false", "log.tensorboard=false"]
+        "data.num_workers=0", "log.progress=false", "log.tensorboard=false", "log.plots=false"]
 
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan"])

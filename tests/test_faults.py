@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK = f"{ROOT / 'tests' / 'helpers' / 'trainer_tasks.py'}:SmallWithDropout"
 LONG_RUN = ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_size=32", "train.max_steps=1000000",
             "train.log_every=1", "train.checkpoint_every=2", "train.keep_last=2", "log.progress=false",
-            "log.tensorboard=false"]
+            "log.tensorboard=false", "log.plots=false"]
 ENV = os.environ | {"HF_HUB_OFFLINE": "1", "COLUMNS": "1000", "PYTHONUNBUFFERED": "1"}
 
 
@@ -163,7 +163,7 @@ import os, signal
 from bertforge.config import load_config
 from bertforge.train.trainer import Trainer
 from helpers.trainer_tasks import SmallWithDropout
-config = load_config(None, ["train.max_steps=2", "log.progress=false", "log.tensorboard=false",
+config = load_config(None, ["train.max_steps=2", "log.progress=false", "log.tensorboard=false", "log.plots=false",
                             "run.output_dir={tmp_path}", "run.name=run"])
 Trainer(config, SmallWithDropout(config)).fit()
 os.kill(os.getpid(), signal.SIGTERM)
@@ -297,7 +297,7 @@ def small_run(run_dir: Path, max_steps: int):  # type: ignore[no-untyped-def]
 
     config = load_config(None, ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_size=32",
                                 f"train.max_steps={max_steps}", "train.checkpoint_every=2", "train.keep_last=5",
-                                "log.progress=false", "log.tensorboard=false", f"run.output_dir={run_dir.parent}",
+                                "log.progress=false", "log.tensorboard=false", "log.plots=false", f"run.output_dir={run_dir.parent}",
                                 f"run.name={run_dir.name}"])
     return Trainer(config, SmallWithDropout(config)).fit()
 
@@ -355,7 +355,7 @@ def test_resuming_with_a_changed_batch_size_is_refused_unless_forced_and_every_s
 
     def run(*overrides: str):  # type: ignore[no-untyped-def]
         config = load_config(None, ["optim.lr=1e-2", "train.micro_batch_size=32", "train.global_batch_size=32",
-                                    "train.max_steps=2", "log.progress=false", "log.tensorboard=false",
+                                    "train.max_steps=2", "log.progress=false", "log.tensorboard=false", "log.plots=false",
                                     f"run.output_dir={tmp_path}", "run.name=run", *overrides])
         return Trainer(config, SmallWithDropout(config)).fit()
 

@@ -22,7 +22,7 @@ def glue_config(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def
     return load_config(None, [
         f"run.output_dir={tmp_path}", "run.name=glue", "model.preset=bert-tiny", f"model.tokenizer={minilm_dir()}",
         "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
-        "data.num_workers=0", "log.tensorboard=false", "log.progress=false",
+        "data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false",
         "glue.overrides={all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, "
         "train.global_batch_size=16]}", *overrides])
 
@@ -116,7 +116,7 @@ glue:
   overrides:
     all: [train.max_steps=2, finetune.max_length=64, train.micro_batch_size=16, train.global_batch_size=16]
 data: {{num_workers: 0}}
-log: {{tensorboard: false, progress: false}}
+log: {{tensorboard: false, progress: false, plots: false}}
 """)
     result = run_cli("glue", str(config), "--data-dir", str(glue_dir), "--jobs", "2")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -98,7 +98,7 @@ def test_finetune_starts_from_a_hub_name_offline(hub_cache: Path, tmp_path: Path
     done = run_cli("finetune", str(config), *supersense_files(tmp_path / "data", train=32, validation=16, test=16),
                    f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}",
                    "train.max_steps=2", "train.micro_batch_size=16", "train.global_batch_size=16",
-                   "finetune.max_length=24", "data.num_workers=0", "log.tensorboard=false", "log.progress=false",
+                   "finetune.max_length=24", "data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false",
                    env=offline_environment(hub_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     assert (run_dir / "final" / "config.json").is_file()

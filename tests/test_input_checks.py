@@ -222,7 +222,7 @@ def finetune_config(path: Path, run_dir: Path, tokenizer: Path, train_file: Path
         f"model: {{{', '.join(f'{key}: {value}' for key, value in model_section.items())}}}\n"
         f"finetune: {{train_file: {train_file}, max_length: 16}}\n"
         "train: {max_steps: 2, checkpoint_every: 2, micro_batch_size: 2, global_batch_size: 2}\n"
-        "log: {progress: false, tensorboard: false}\ndata: {num_workers: 0}\n", encoding="utf-8")
+        "log: {progress: false, tensorboard: false, plots: false}\ndata: {num_workers: 0}\n", encoding="utf-8")
     return path
 
 

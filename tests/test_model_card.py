@@ -34,7 +34,7 @@ def lean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config.write_text("train: {keep_optimizer_state: false}\n", encoding="utf-8")
     done = run_cli("finetune", str(config), *TINY_MODEL, *supersense_files(root / "data", 128, 64, 64),
                    f"model.tokenizer={minilm_dir()}", f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}",
-                   *QUIET_RUN, *RECIPE)
+                   *QUIET_RUN, *RECIPE, "log.plots=true")  # QUIET_RUN turns plots off; this run checks them
     assert done.returncode == 0, done.stderr[-3000:]
     return run_dir
 
@@ -111,7 +111,7 @@ def test_a_plotting_failure_is_a_warning_and_the_run_still_finishes(tmp_path: Pa
     run_dir = tmp_path / "runs" / "no-plots"
     result = finetune(run_dir, *TINY_MODEL, *supersense_files(tmp_path / "data", 64, 32, 32),
                       f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=2",
-                      "train.micro_batch_size=32", "train.global_batch_size=32")
+                      "train.micro_batch_size=32", "train.global_batch_size=32", "log.plots=true")
     assert result.stopped_by == "budget" and (run_dir / "final" / "config.json").is_file()
     assert not (run_dir / "plots").exists()
     # through the library no command line was typed: the card says so, and the last weights were scored

@@ -341,7 +341,7 @@ def test_finetune_starts_from_a_saved_tiny_hf_directory_of_the_family(tmp_path: 
                    *supersense_files(tmp_path / "data", train=32, validation=16, test=16),
                    f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", "train.max_steps=2",
                    "train.micro_batch_size=16", "train.global_batch_size=16", "finetune.max_length=40",
-                   "data.num_workers=0", "log.tensorboard=false", "log.progress=false")
+                   "data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false")
     assert done.returncode == 0, done.stderr[-3000:]
     final = run_dir / "final"
     stock = transformers.AutoModelForSequenceClassification.from_pretrained(str(final)).eval()

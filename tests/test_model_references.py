@@ -26,7 +26,7 @@ from bertforge.locate import resolve_model
 from bertforge.tasks.pretrain import PretrainTask
 from bertforge.train.trainer import Trainer
 
-QUIET = ["data.num_workers=0", "log.progress=false", "log.tensorboard=false", "train.log_every=1"]
+QUIET = ["data.num_workers=0", "log.progress=false", "log.tensorboard=false", "log.plots=false", "train.log_every=1"]
 
 
 @pytest.fixture(scope="module")

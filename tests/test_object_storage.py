@@ -101,7 +101,7 @@ def test_prepare_into_a_bucket_reads_back_sample_for_sample(s3_prefix: str, corp
 
 TINY_PRETRAIN = ["model.preset=bert-tiny", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
                  "model.num_layers=1", "data.num_workers=1", "train.micro_batch_size=8", "train.global_batch_size=16",
-                 "train.max_steps=3", "train.log_every=1", "log.progress=false", "log.tensorboard=false",
+                 "train.max_steps=3", "train.log_every=1", "log.progress=false", "log.tensorboard=false", "log.plots=false",
                  "data.validation_samples=16", "train.eval_every=3", "train.checkpoint_every=3"]
 
 
@@ -203,7 +203,7 @@ def test_finetune_and_predict_read_labeled_files_from_a_bucket(s3_prefix: str, d
     code, err = run_main(capsys, "-q", "finetune", str(config), *TINY_MODEL, *remote, overrides[3],
                          f"model.tokenizer={minilm_dir()}", "finetune.max_length=32", "train.max_steps=2",
                          "train.micro_batch_size=16", "train.global_batch_size=16", "data.num_workers=0",
-                         "log.tensorboard=false", "log.progress=false")
+                         "log.tensorboard=false", "log.plots=false", "log.progress=false")
     assert code == 0, err
     assert (tmp_path / "run" / "test_results.json").is_file()
     saved = (tmp_path / "run" / "config.yaml").read_text()
@@ -570,7 +570,7 @@ def test_an_error_in_a_labeled_file_from_a_bucket_names_the_url_and_its_line(
     config = tmp_path / "finetune.yaml"
     config.write_text(f"run: {{name: run, output_dir: {tmp_path}}}\n", encoding="utf-8")
     code, err = run_main(capsys, "-q", "finetune", str(config), *TINY_MODEL, f"finetune.train_file={url}",
-                         f"model.tokenizer={minilm_dir()}", "data.num_workers=0", "log.tensorboard=false",
+                         f"model.tokenizer={minilm_dir()}", "data.num_workers=0", "log.tensorboard=false", "log.plots=false",
                          "log.progress=false")
     assert code == 2 and f"error: {url}:3: 3 fields but the header has 2 (text, label)" in err, err
     assert str(cache_root()) not in err  # the copy it was read from is bertforge's business

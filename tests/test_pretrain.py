@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.preset=bert-tiny", "model.hidden_size=64", "model.num_heads=2", "model.intermediate_size=128",
         "model.num_layers=2", "data.seq_len=64", "data.num_workers=0", "optim.lr=3e-3", "schedule.warmup=5",
         "train.micro_batch_size=16", "train.global_batch_size=32", "train.log_every=1", "log.progress=false",
-        "log.tensorboard=false", "data.validation_samples=128"]
+        "log.tensorboard=false", "log.plots=false", "data.validation_samples=128"]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ LINE = re.compile(r"^step (\d+)/6  loss \d+\.\d{4}  lr \d\.\d\de-\d\d  tokens/s 
 def test_a_run_piped_to_a_file_prints_one_plain_line_per_log_every_steps(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "bertforge.cli", "train", "--task", f"{TASKS}:SmallWithDropout",
                str(EXAMPLE_CONFIG), f"run.output_dir={tmp_path}", "train.max_steps=6", "train.log_every=2",
-               "train.eval_every=100", "log.tensorboard=false"]
+               "train.eval_every=100", "log.tensorboard=false", "log.plots=false"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600,  # both pipes, as under nohup
                           env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr

@@ -353,7 +353,7 @@ def test_export_marks_exports_at_each_mark_its_clock_passes_and_costs_the_run_no
     from bertforge.train.trainer import Trainer
 
     config = load_config(None, ["train.micro_batch_size=32", "train.global_batch_size=32", "train.max_steps=6",
-                                "data.num_workers=0", "log.progress=false", "log.tensorboard=false",
+                                "data.num_workers=0", "log.progress=false", "log.tensorboard=false", "log.plots=false",
                                 f"run.output_dir={tmp_path}", "run.name=run"])
     exports = ExportMarks((0.0, 0.0, 3600.0), tmp_path / "exports")  # two marks passed at once, one never
     slow_export = exports.export

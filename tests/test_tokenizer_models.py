@@ -22,7 +22,7 @@ MODELS = ("bpe", "unigram")
 HF_CLASS = {"bpe": "RobertaTokenizer", "unigram": "XLMRobertaTokenizer"}
 ROBERTA_IDS = {"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4}  # <s> <pad> </s> <unk> <mask>, fairseq's order
 TINY_ROBERTA = ["model.preset=roberta-tiny", "model.hidden_size=64", "model.num_heads=2", "model.intermediate_size=128"]
-QUIET = ["data.num_workers=0", "log.tensorboard=false", "log.progress=false"]
+QUIET = ["data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false"]
 TEXTS = ["And God said, Let there be light: and there was light.", "the <mask> of the law",
          "  naïve café, 東京 and \u00a0 odd   spacing\n", "first sentence. Second one! third?"]
 

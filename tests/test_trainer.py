@@ -23,7 +23,7 @@ TASKS = ROOT / "tests" / "helpers" / "trainer_tasks.py"
 
 BASE = ["optim.lr=3e-2", "optim.weight_decay=0.0", "schedule.name=cosine", "schedule.warmup=2",
         "train.micro_batch_size=32", "train.global_batch_size=64", "train.max_steps=12", "train.log_every=1",
-        "train.eval_every=4", "data.num_workers=0", "log.progress=false", "log.tensorboard=false"]
+        "train.eval_every=4", "data.num_workers=0", "log.progress=false", "log.tensorboard=false", "log.plots=false"]
 
 
 def config_for(run_dir: Path, *extra: str):

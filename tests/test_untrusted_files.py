@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK = f"{ROOT / 'tests' / 'helpers' / 'trainer_tasks.py'}:SmallWithDropout"
 BASE = ["optim.lr=3e-2", "optim.weight_decay=0.0", "train.micro_batch_size=32", "train.global_batch_size=64",
         "train.log_every=1", "train.checkpoint_every=2", "train.keep_last=4", "data.num_workers=0",
-        "log.progress=false", "log.tensorboard=false"]
+        "log.progress=false", "log.tensorboard=false", "log.plots=false"]
 
 
 class Payload:

@@ -24,7 +24,7 @@ from helpers import HANG_TIMEOUT
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ["model.preset=bert-tiny", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=2",
               "model.intermediate_size=128"]
-QUIET_RUN = ["data.num_workers=0", "log.tensorboard=false", "log.progress=false", "train.log_every=4"]
+QUIET_RUN = ["data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false", "train.log_every=4"]
 
 
 def minilm_dir() -> Path:

@@ -23,7 +23,7 @@ TINY = ["run.device=cpu", "model.preset=bert-tiny", "model.hidden_size=32", "mod
         "model.num_layers=2", "model.hidden_dropout=0.0", "model.attention_dropout=0.0", "data.num_workers=0",
         "optim.lr=3e-3", "schedule.name=constant", "schedule.warmup=2", "train.micro_batch_size=8",
         "train.global_batch_size=16", "train.log_every=1", "train.eval_every=100", "log.progress=false",
-        "log.tensorboard=false", "data.validation_samples=16"]
+        "log.tensorboard=false", "log.plots=false", "data.validation_samples=16"]
 
 
 def train(prepared_corpus: Path, run_dir: Path, *extra: str) -> Path:

@@ -47,7 +47,6 @@ from bertforge.run_directory import (
 )
 from bertforge.train.averaging import EMA_FILE, WeightEMA
 from bertforge.train.distributed import DistEnv, barrier, is_fsdp, unwrap
-from bertforge.train.safe_dcp import load_dcp
 from bertforge.train.state_files import STATE_SUFFIX, load_state, save_state, state_path
 
 OPTIMIZER_STATE, SCALER_STATE = "optimizer", "scaler"
@@ -278,6 +277,8 @@ class CheckpointManager:
         if (path / "dcp").is_dir():
             from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+            from bertforge.train.safe_dcp import load_dcp  # torch.distributed.checkpoint: seconds to import
+
             model_state, optimizer_state = get_state_dict(model, optimizer)
             target = {"model": model_state, "optimizer": optimizer_state}
             load_dcp(target, str(path / "dcp"))
@@ -308,6 +309,8 @@ class CheckpointManager:
         """Only the model weights of a checkpoint (e.g. the best one, at the end of fine-tuning)."""
         if (path / "dcp").is_dir():
             from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+            from bertforge.train.safe_dcp import load_dcp
 
             target = {"model": get_model_state_dict(model)}
             load_dcp(target, str(path / "dcp"))
