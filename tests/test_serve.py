@@ -259,18 +259,19 @@ async def _load(url: str, texts: list[str], seconds: float) -> tuple[list[float]
     answers: list[tuple[list[int], object]] = []
     stop = time.monotonic() + seconds
 
-    async def client(number: int) -> None:
-        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120) as http:
-            sent = 0
-            while time.monotonic() < stop:
-                chosen = [(number * 7 + sent * 3 + k) % len(texts) for k in range(1 + (number + sent) % 3)]
-                started = time.perf_counter()
-                response = await http.post("/v1/embeddings", json={"model": EMBEDDER, "input": [texts[i] for i in chosen]})
-                latencies.append(time.perf_counter() - started)
-                answers.append((chosen, response.json() if response.status_code == 200 else response))
-                sent += 1
+    async def client(http: httpx.AsyncClient, number: int) -> None:
+        sent = 0
+        while time.monotonic() < stop:
+            chosen = [(number * 7 + sent * 3 + k) % len(texts) for k in range(1 + (number + sent) % 3)]
+            started = time.perf_counter()
+            response = await http.post("/v1/embeddings", json={"model": EMBEDDER, "input": [texts[i] for i in chosen]})
+            latencies.append(time.perf_counter() - started)
+            answers.append((chosen, response.json() if response.status_code == 200 else response))
+            sent += 1
 
-    await asyncio.gather(*(client(number) for number in range(CLIENTS)))
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)  # a connection per client
+    async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120, limits=limits) as http:
+        await asyncio.gather(*(client(http, number) for number in range(CLIENTS)))
     return latencies, answers
 
 

@@ -39,7 +39,17 @@ def verbosity() -> int:
 
 def progress_enabled() -> bool:
     """Progress bars are shown unless `--quiet` was given or stderr is not a terminal-like sink."""
-    return _verbosity >= NORMAL
+    return _verbosity >= NORMAL and not _progress_hidden
+
+
+_progress_hidden = False
+
+
+def hide_progress() -> None:
+    """No progress bars from here on: `bertforge serve` runs the engine once per group of requests, many short runs
+    whose bars would flicker among its log lines."""
+    global _progress_hidden
+    _progress_hidden = True
 
 
 def quiet_transformers() -> None:

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                             "0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
     parser.add_argument("--api-key", default=None,
-                        help=f"a token every request but /health must send as 'Authorization: Bearer TOKEN' "
+                        help=f"a token every request but /health and /docs must send as 'Authorization: Bearer TOKEN' "
                              f"(default: ${API_KEY_VARIABLE} if set, else none)")
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help=f"tokens per forward pass, the requests a batch merges included (default "
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertforge.console import log, quiet_transformers, stdout_console
+    from bertforge.console import hide_progress, log, quiet_transformers, stdout_console
     from bertforge.engine import EngineSettings
 
     check_serving_installed()
@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
                              args.max_chars_per_request, args.api_key or os.environ.get(API_KEY_VARIABLE) or None)
     engine_settings = EngineSettings(max_batch_tokens=args.max_batch_tokens, batch_size=args.batch_size, label="serving")
     quiet_transformers()
+    hide_progress()
     models = load_all(args.models, engine_settings)
     for model in models:
         log.info(f"{model.name}: {model.kind} model ({model.reference}): {', '.join(model.routes)}")

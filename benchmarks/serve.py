@@ -1,0 +1,178 @@
+"""Serving embeddings over HTTP: `bertforge serve` against a FastAPI wrapper around `SentenceTransformer.encode`.
+
+Both servers hold all-MiniLM-L6-v2 and answer OpenAI's `POST /v1/embeddings`; each runs as its own process on
+127.0.0.1, with torch's default threads. The wrapper is written the way FastAPI's and sentence-transformers' docs
+suggest: one model loaded at start-up, a plain `def` endpoint (FastAPI runs it on its thread pool) that calls
+`model.encode(texts)` for each request; no batching across requests. For each of `--concurrency` (1, 8, 32
+clients) the two servers are measured back to back (the ratio is taken within one run, minutes apart at most):
+every client sends one real gloss per request (bundled supersense glosses, ~18 tokens) back to back for
+`--seconds`, after a warm-up, over keep-alive connections (httpx, asyncio, in this process). Reported:
+requests/s (= texts/s), p50 and p99 latency, and the largest difference between the two servers' vectors.
+The load generator shares the machine's cores with the server it measures, equally for both.
+
+    .venv/bin/python -m benchmarks.serve
+    .venv/bin/python -m benchmarks.serve --concurrency 1 8 32 --seconds 20 --out benchmarks/results/serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from pydantic import BaseModel
+
+MODEL = "all-MiniLM-L6-v2"
+STARTUP_SECONDS = 300
+
+
+@dataclass
+class Level:
+    server: str
+    clients: int
+    requests: int
+    seconds: float
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    failed: int
+
+
+class EmbeddingsRequest(BaseModel):
+    input: str | list[str]
+    model: str
+
+
+def wrapper_app():  # type: ignore[no-untyped-def]
+    """The comparison server: FastAPI around SentenceTransformer.encode, as the libraries' docs show."""
+    from fastapi import FastAPI
+    from sentence_transformers import SentenceTransformer
+
+    from bertforge.locate import resolve_model
+
+    model = SentenceTransformer(str(resolve_model(MODEL).path), device="cpu")
+    app = FastAPI()
+
+    @app.post("/v1/embeddings")
+    def embeddings(request: EmbeddingsRequest) -> dict:
+        texts = [request.input] if isinstance(request.input, str) else request.input
+        vectors = model.encode(texts)
+        return {"object": "list", "model": request.model,
+                "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]}
+
+    return app
+
+
+def serve_wrapper() -> None:
+    """`python -m benchmarks.serve --wrapper`: run the comparison server, printing its address as bertforge does."""
+    import socket
+
+    import uvicorn
+
+    app = wrapper_app()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    print(f"serving 1 model on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])
+
+
+def start(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    assert process.stdout is not None
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline and process.poll() is None:
+        if found := re.search(r"on (http://\S+)", process.stdout.readline()):
+            return process, found[1]
+    process.kill()
+    raise SystemExit(f"{' '.join(command)} did not start")
+
+
+async def measure(name: str, url: str, texts: list[str], clients: int, seconds: float, warmup: float) -> Level:
+    latencies: list[float] = []
+    failed = 0
+
+    async def client(http: httpx.AsyncClient, number: int, until: float, record: bool) -> None:
+        nonlocal failed
+        sent = 0
+        while time.monotonic() < until:
+            text = texts[(number * 7919 + sent) % len(texts)]
+            started = time.perf_counter()
+            response = await http.post("/v1/embeddings", json={"model": MODEL, "input": [text]})
+            if record:
+                latencies.append(time.perf_counter() - started)
+                failed += response.status_code != 200
+            sent += 1
+
+    # one client, a keep-alive connection per concurrent caller (a client each would load its TLS certificates,
+    # ~50 ms of this process's CPU apiece, while the others' clocks run)
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
+        await asyncio.gather(*(client(http, n, time.monotonic() + warmup, False) for n in range(clients)))
+        started = time.monotonic()
+        await asyncio.gather(*(client(http, n, started + seconds, True) for n in range(clients)))
+    elapsed = time.monotonic() - started  # the last requests end after `seconds`
+    ordered = sorted(latencies)
+    return Level(name, clients, len(ordered), elapsed, len(ordered) / elapsed, statistics.median(ordered) * 1000,
+                 ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, failed)
+
+
+def vectors_of(url: str, texts: list[str]) -> np.ndarray:
+    answer = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": texts}, timeout=300).json()
+    return np.array([item["embedding"] for item in answer["data"]])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--wrapper", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.wrapper:
+        serve_wrapper()
+        return
+    from bertforge.inference import read_inputs
+
+    texts = read_inputs("bundled:supersense/train").texts[:2000]
+    servers = {"bertforge serve": start([sys.executable, "-m", "bertforge.cli", "serve", MODEL, "--port", "0"]),
+               "FastAPI + SentenceTransformer.encode": start([sys.executable, "-m", "benchmarks.serve", "--wrapper"])}
+    try:
+        (_, ours), (_, theirs) = servers.values()
+        difference = float(np.abs(vectors_of(ours, texts[:64]) - vectors_of(theirs, texts[:64])).max())
+        print(f"{MODEL}, one gloss per request; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
+              f"max |vector difference| between the servers {difference:.1e}")
+        levels: list[Level] = []
+        for clients in args.concurrency:
+            pair = []
+            for name, (_, url) in servers.items():
+                level = asyncio.run(measure(name, url, texts, clients, args.seconds, args.warmup))
+                pair.append(level)
+                print(f"{clients:3d} clients  {name:38s} {level.requests_per_second:7.1f} requests/s  "
+                      f"p50 {level.p50_ms:7.1f} ms  p99 {level.p99_ms:7.1f} ms  failed {level.failed}", flush=True)
+            print(f"{clients:3d} clients  throughput ratio {pair[0].requests_per_second / pair[1].requests_per_second:.2f}x, "
+                  f"p99 ratio {pair[0].p99_ms / pair[1].p99_ms:.2f}  (load average {os.getloadavg()[0]:.1f})", flush=True)
+            levels += pair
+        if args.out is not None:
+            args.out.write_text(json.dumps({"model": MODEL, "max_vector_difference": difference,
+                                            "levels": [asdict(level) for level in levels]}, indent=1) + "\n")
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(60)
+
+
+if __name__ == "__main__":
+    main()
