@@ -369,3 +369,35 @@ def test_the_guides_curl_and_python_examples_run(server: Server, monkeypatch: py
     exec(compile(python.replace("http://localhost:8080", server.url), "guide.md", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "2 384" and "'label'" in printed[1] and printed[2].startswith("[")
+
+
+# ---------------------------------------------------------------------------------------------
+# what stops the command before it serves: one line, exit 2
+
+
+def test_a_bad_model_a_taken_port_or_a_bad_limit_is_one_line_and_exit_2(models: dict[str, Path], tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    cases = {"no-such-run": ["serve", str(tmp_path / "no-such-run")],
+             "--max-queue is 0": ["serve", str(models["classifier"]), "--max-queue", "0"],
+             "two models are named 'classifier'": ["serve", str(models["classifier"]), str(models["classifier"])]}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        cases["cannot listen on 127.0.0.1"] = ["serve", str(models["classifier"]), "--port", str(taken.getsockname()[1])]
+        for named, argv in cases.items():
+            capsys.readouterr()
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert named in err and "Traceback" not in err, err
+
+
+def test_a_model_is_named_after_its_run_or_as_given() -> None:
+    from bertforge.serving.served import served_name
+
+    assert served_name("runs/supersense-minilm") == ("supersense-minilm", "runs/supersense-minilm")
+    assert served_name("runs/tagger/final") == ("tagger", "runs/tagger/final")
+    assert served_name("runs/tagger/checkpoints/step-00000250/")[0] == "tagger"
+    assert served_name("ner=runs/tagger/final") == ("ner", "runs/tagger/final")
+    assert served_name("all-MiniLM-L6-v2") == ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
