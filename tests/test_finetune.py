@@ -29,7 +29,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     run_dir = tmp_path_factory.mktemp("runs") / "tiny"
     finetune(run_dir, *TINY_MODEL, *supersense_files(data_dir), f"model.tokenizer={minilm_dir()}",
              "finetune.max_length=64", "optim.lr=2e-3", "train.micro_batch_size=32", "train.global_batch_size=64",
-             "train.max_epochs=2", "train.eval_every=8", "train.best_metric=accuracy", "train.checkpoint_every=8")
+             "train.max_epochs=2", "train.eval_every=8", "train.best_metric=accuracy", "train.checkpoint_every=8",
+             "log.plots=true")  # the confusion-matrix PNG is checked below
     return run_dir
 
 
@@ -116,6 +117,8 @@ def test_early_stopping_ends_the_run_and_reloads_the_best_checkpoint(tmp_path: P
                      "train.best_metric=loss", "train.best_mode=min", "train.early_stopping_patience=2")
     assert again.stopped_by == "early_stopping" and again.state.step == result.state.step
     assert (run_dir / "final").is_dir() and metrics_records(run_dir, "validation") == validation
+    # log.plots=false (QUIET_RUN): the reports are written, their confusion-matrix pictures are not
+    assert (run_dir / "test_results.json").is_file() and not list(run_dir.glob("*_confusion_matrix.png"))
 
 
 def test_regression_on_the_glue_layout_sts_b_files_reports_correlations(tmp_path: Path, glue_dir: Path) -> None:

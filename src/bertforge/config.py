@@ -422,7 +422,9 @@ class LogSection:
     wandb_project: str | None = None  # log to Weights & Biases (needs `wandb` installed and logged in)
     mlflow_experiment: str | None = None  # log to MLflow (needs `mlflow` installed)
     progress: bool = True  # show a progress bar on the console
-    plots: bool = True  # at the end of a run, write plots/*.png of its metrics.jsonl (what `bertforge plot` writes)
+    # at the end of a run, write plots/*.png of its metrics.jsonl (what `bertforge plot` writes) and the final
+    # reports' <split>_confusion_matrix.png (a 45-class one takes seconds to draw; the matrix is in the .json/.md)
+    plots: bool = True
 
 
 @dataclass

@@ -175,8 +175,9 @@ def subset_sentence(subset: dict[str, Any]) -> str:
     return f"The evaluations during training scored {rows}; they chose this checkpoint."
 
 
-def write_evaluation(report: EvaluationReport, directory: str | Path) -> list[Path]:
-    """`<split>_results.json`, `<split>_report.md` and (classification) `<split>_confusion_matrix.png`."""
+def write_evaluation(report: EvaluationReport, directory: str | Path, picture: bool = True) -> list[Path]:
+    """`<split>_results.json`, `<split>_report.md` and (classification, when `picture`) `<split>_confusion_matrix.png`
+    (the matrix itself is in both other files)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -187,7 +188,7 @@ def write_evaluation(report: EvaluationReport, directory: str | Path) -> list[Pa
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, directory / name)
         written.append(directory / name)
-    if report.confusion is not None:
+    if report.confusion is not None and picture:
         written.append(save_confusion_matrix_png(report.confusion, report.label_names,
                                                  directory / confusion_name,
                                                  title=f"{report.split} confusion matrix"))

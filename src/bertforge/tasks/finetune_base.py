@@ -153,7 +153,7 @@ class FinetuneTask(Task):
         model.eval()
         for name, split in self.final_splits().items():
             report = self.report_of(self.evaluate_split(model, name, split), split)
-            written = write_evaluation(report, directory.parent)
+            written = write_evaluation(report, directory.parent, picture=self.config.log.plots)
             log.info(f"{name} ({int(report.metrics['examples']):,} {self.examples}): {metrics_line(report.metrics)}")
             log.info(f"{name} report: {', '.join(str(p) for p in written)}")
             self.show_report(report)
