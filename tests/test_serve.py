@@ -68,12 +68,19 @@ class Server:
                 self.process.wait()
 
 
-def start_server(arguments: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> Server:
-    """`bertforge serve ... --port 0` as a process; its address is the line it prints once the models loaded."""
+def launch(arguments: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None,
+           ) -> tuple[subprocess.Popen[str], Path]:
+    """`bertforge serve ... --port 0` as a process, its log lines to `log`."""
     environment = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"} | (env or {})
     with open(log, "w") as errors:
         process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "serve", *arguments, "--port", "0"],
                                    stdout=subprocess.PIPE, stderr=errors, text=True, env=environment, cwd=cwd)
+    return process, log
+
+
+def ready(launched: tuple[subprocess.Popen[str], Path]) -> Server:
+    """The launched server, once it prints its address (after loading its models)."""
+    process, log = launched
     assert process.stdout is not None
     deadline = time.monotonic() + STARTUP_SECONDS
     line = ""
@@ -107,7 +114,17 @@ def guide_blocks(language: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def queue_server(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
+                 ) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """A server whose batches wait 3 s, with room for 8 requests: started beside the main one, to load meanwhile."""
+    launched = launch([str(models["classifier"]), "--max-queue", "8", "--max-wait-ms", "3000"],
+                      tmp_path_factory.mktemp("queue-server") / "serve.log")
+    yield launched
+    Server(launched[0], "", launched[1]).stop()
+
+
+@pytest.fixture(scope="module")
+def server(models: dict[str, Path], queue_server: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The guide's command as written (but on a free port), in a directory where its three run directories are a
     tiny tagger, a tiny classifier and all-MiniLM-L6-v2, with the key in BERTFORGE_API_KEY; plus a pre-trained
     model for /fill-mask."""
@@ -118,8 +135,8 @@ def server(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
     [command] = [line for block in guide_blocks("bash") for line in block.splitlines() if line.startswith("bertforge serve")]
     arguments = shlex.split(command)[2:]
     assert arguments == [f"runs/{TAGGER}", f"runs/{CLASSIFIER}", f"runs/{EMBEDDER}", "--port", "8080"]
-    running = start_server([*arguments[:3], f"mlm={models['mlm']}", *arguments[3:]], root / "serve.log", cwd=root,
-                           env={"BERTFORGE_API_KEY": KEY})
+    running = ready(launch([*arguments[:3], f"mlm={models['mlm']}", *arguments[3:]], root / "serve.log", cwd=root,
+                           env={"BERTFORGE_API_KEY": KEY}))
     yield running
     running.stop()
 
@@ -237,6 +254,7 @@ def test_a_bad_request_gets_its_status_and_a_message_naming_the_field(server: Se
 
 
 def test_health_needs_no_token_and_metrics_count_requests_and_batches(server: Server) -> None:
+    assert "/v1/embeddings" in httpx.get(server.url + "/openapi.json", timeout=30).json()["paths"]  # /docs' source
     health = httpx.get(server.url + "/health", timeout=30)
     assert health.status_code == 200 and health.json()["status"] == "ready"
     assert {m["name"]: m["routes"] for m in health.json()["models"]}[CLASSIFIER] == ["/predict", "/rerank"]
@@ -312,10 +330,9 @@ def metric(text: str, name: str, model: str) -> float:
 # a full queue and SIGTERM
 
 
-def test_a_full_queue_answers_429_and_sigterm_answers_every_request_in_flight(models: dict[str, Path],
-                                                                             tmp_path: Path) -> None:
-    server = start_server([str(models["classifier"]), "--max-queue", "8", "--max-wait-ms", "3000"],
-                          tmp_path / "serve.log")
+def test_a_full_queue_answers_429_and_sigterm_answers_every_request_in_flight(
+        queue_server: tuple[subprocess.Popen[str], Path]) -> None:
+    server = ready(queue_server)
     try:
         async def scenario() -> tuple[list[httpx.Response], httpx.Response, list[BaseException]]:
             async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
