@@ -39,11 +39,15 @@ class Embedder:
 
 def load_embedder(reference: str | Path) -> Embedder:
     """The embedding model any reference names, with its tokenizer and truncation length."""
+    return embedder_of(load_model(reference))
+
+
+def embedder_of(loaded: LoadedModel) -> Embedder:
+    """The embedder of a loaded model (`bertforge serve` loads each model once and reads its kind first)."""
     from bertforge.models.loading import as_embedding_model
     from bertforge.models.sentence_transformers_format import read_sentence_transformers
     from bertforge.tasks.kinds.embedding import KIND as EMBEDDING
 
-    loaded: LoadedModel = load_model(reference)
     path = loaded.location.path
     model = EMBEDDING.model_of(loaded)
     if model is None:

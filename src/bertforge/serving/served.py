@@ -77,7 +77,7 @@ def load_served(reference: str, settings: EngineSettings) -> ServedModel:
                              f"`bertforge predict {path} --input FILE`")
     served = ServedModel(name, reference, kind_name, routes, loaded.model.config.hidden_size)
     if EMBEDDINGS in routes:
-        served.runners["vectors"] = _vectors_runner(path, settings)
+        served.runners["vectors"] = _vectors_runner(loaded, settings)
     if {PREDICT, RERANK, TAG} & set(routes):
         assert kind is not None
         served.runners["rows"] = _rows_runner(loaded, kind.predict, name, settings)
@@ -86,12 +86,12 @@ def load_served(reference: str, settings: EngineSettings) -> ServedModel:
     return served
 
 
-def _vectors_runner(path: str, settings: EngineSettings) -> Callable[[list[str]], list[tuple[np.ndarray, int]]]:
+def _vectors_runner(loaded: Any, settings: EngineSettings) -> Callable[[list[str]], list[tuple[np.ndarray, int]]]:
     """Texts -> (vector, tokens) each: `bertforge embed`'s engine run, token counts kept for OpenAI's usage."""
     from bertforge import engine
-    from bertforge.embed import load_embedder
+    from bertforge.embed import embedder_of
 
-    embedder = load_embedder(path)  # its pooling, Normalize and max_seq_length, as `bertforge embed` reads them
+    embedder = embedder_of(loaded)  # its pooling, Normalize and max_seq_length, as `bertforge embed` reads them
 
     def with_tokens(outputs: Any, examples: list[dict[str, Any]]) -> list[tuple[np.ndarray, int]]:
         return [(row.numpy(), engine.tokens_of(example))
