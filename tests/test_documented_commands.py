@@ -202,9 +202,12 @@ RUNS: dict[str, Run] = {
         Run({"pairs.jsonl": "embedding-pairs/pairs.jsonl"}),
     "embed all-MiniLM-L6-v2 --input pairs.jsonl --text-column anchor --out anchors.npy --overwrite":
         Run({"pairs.jsonl": "embedding-pairs/pairs.jsonl"}),
+    "embed all-MiniLM-L6-v2 --input pairs.jsonl --text-column anchor --out anchors.parquet":
+        Run({"pairs.jsonl": "embedding-pairs/pairs.jsonl"}),
     "fill-mask runs/quickstart-pretrain \"the [MASK] of the law\"": Run(PRETRAINED),
     "fill-mask runs/quickstart-pretrain \"[MASK] said unto moses\" --top-k 3 --json": Run(PRETRAINED),
     "fill-mask runs/quickstart-pretrain/final \"and god said , let there be [MASK]\" --top-k 3 --json": Run(PRETRAINED),
+    "fill-mask runs/quickstart-pretrain --input masked.txt --out filled.jsonl": Run({**PRETRAINED, "masked.txt": "masked-txt"}),
     # export
     "export runs/supersense-minilm --out exported/supersense": Run(CLASSIFIER),
     "export runs/supersense-minilm --out exported/supersense-onnx --format onnx": Run(CLASSIFIER),
@@ -233,6 +236,13 @@ QUICKSTART_AGAIN = ("`quickstart` with other sizes, --out and --seed: the same s
                     "about 37 s of CPU each; tests/test_quickstart.py holds the guide's plan to the measured one and "
                     "runs a plan end to end, tests/test_cli_parsing.py parses these lines")
 NOT_RUN: dict[str, str] = {
+    "predict runs/supersense-minilm --input s3://bucket/corpus/reviews.parquet  --out s3://bucket/predictions/reviews.parquet "
+    "--num-parts 16 --part $SLURM_ARRAY_TASK_ID": "a Slurm array's line (Slurm sets the part); tests/test_parts.py runs "
+    "every part of such splits of predict, embed and fill-mask, reads and writes a part in the suite's S3 bucket, and "
+    "checks the parts read in order equal the one-machine run",
+    "embed all-MiniLM-L6-v2 --input docs.parquet --id-column doc_id --out vectors.parquet  --num-parts 16 --part 3":
+    "a part writes vectors.part-00003-of-00016.parquet, not --out itself; tests/test_parts.py runs embed parts with "
+    "--id-column into .parquet and compares them with the one-machine run",
     "serve runs/supersense-tagging-minilm runs/supersense-minilm runs/wordnet-embedding-minilm --port 8080":
     "a server runs until stopped; tests/test_serve.py runs this line as written (on a free port) where the three "
     "runs are a tiny tagger, a tiny classifier and all-MiniLM-L6-v2, and runs the guide's curl and Python examples "

@@ -202,6 +202,11 @@ class Workspace:
         path.write_text("".join(row["text"] + "\n" for row in supersense_rows("test", 6)), encoding="utf-8")
         return path
 
+    def make_masked_txt(self, directory: Path) -> Path:
+        path = directory / "masked.txt"
+        path.write_text("the [MASK] of the law\nand god said , let there be [MASK]\n", encoding="utf-8")
+        return path
+
     def make_reviews(self, directory: Path) -> Path:
         """The guide's `finetune:` example as `my.yaml` (its reviews with 1-5 stars, negative/neutral/positive
         through label_map) on a tiny BERT, and its files: real glosses as reviews, stars by row."""
