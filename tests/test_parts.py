@@ -111,6 +111,15 @@ def test_embed_parts_read_in_order_equal_the_one_machine_run_with_ids(models: di
     rows = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
     assert [row["id"] for row in rows] == list(range(31))
     assert np.abs(np.array([row["vector"] for row in rows]) - whole).max() <= 1e-6
+    # a .npy part is finished when its header and size say it holds the part's rows; a torn copy is not trusted
+    npy = ["embed", model, "--input", str(corpus), "--out", str(tmp_path / "v.npy"), "--num-parts", "3", "--part", "2"]
+    assert run(capsys, *npy)[0] == 0
+    part = Path(RowPart(2, 3).output_of(str(tmp_path / "v.npy")))
+    assert np.abs(np.load(part) - whole[20:]).max() <= 1e-5
+    assert "already holds its 11 rows; skipped" in run(capsys, *npy)[1]
+    part.write_bytes(part.read_bytes()[:-100])
+    assert "exists; add --overwrite" in error_line(capsys, *npy)
+    assert run(capsys, *npy, "--overwrite")[0] == 0 and np.load(part).shape == (11, 32)
     assert "a .npy holds only the vectors" in error_line(capsys, "embed", model, "--input", str(corpus),
                                                          "--id-column", "doc", "--out", str(tmp_path / "x.npy"))
 

@@ -93,8 +93,10 @@ def stored_ids(location: str) -> list[Any] | None:
     try:
         with fsspec.open(location, "rb") as handle:
             if location.endswith(".parquet"):
-                table = pq.read_table(handle)
-                return table.column("id").to_pylist() if "id" in table.column_names else None
+                stored = pq.ParquetFile(handle)
+                if "id" not in stored.schema_arrow.names:
+                    return None
+                return stored.read(columns=["id"]).column("id").to_pylist()  # the ids only, not the outputs
             rows = [json.loads(line) for line in handle.read().decode("utf-8").splitlines()]
     except (OSError, ValueError, KeyError):  # torn or foreign: not a finished part (pyarrow's errors are ValueErrors)
         return None
