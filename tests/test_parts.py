@@ -283,6 +283,9 @@ def test_a_part_reads_and_writes_a_bucket_and_is_skipped_when_finished(
     assert np.abs(vectors_of_table(stored) - expected).max() <= 1e-6
     code, err = run(capsys, *arguments)
     assert code == 0 and "already holds its 16 rows; skipped" in err, err
+    whole = arguments[:-4]  # without --num-parts: a local file only, never a directory named s3:
+    assert "add --num-parts 1 --part 0 (it writes" in error_line(capsys, *whole)
+    assert not Path("s3:").exists()
     assert sorted(name.rsplit("/", 1)[-1] for name in fs.find(f"{prefix}/out")) == [
         ".bertforge-outputs.json", "vectors.part-00001-of-00002.parquet"]
 

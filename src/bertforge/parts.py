@@ -76,6 +76,16 @@ def part_of(args: argparse.Namespace) -> RowPart | None:
     return RowPart(args.part, args.num_parts)
 
 
+def check_out_without_parts(out: str | None, part: RowPart | None) -> None:
+    """A bucket is written through parts (`store`); a run without --num-parts writes a local file, and an s3://
+    --out given to one would become a local directory named `s3:`."""
+    from bertforge.storage import is_remote
+
+    if part is None and out is not None and is_remote(out):
+        raise BertforgeError(f"--out {out}: a run without --num-parts writes a local file; to write to a bucket add "
+                             f"--num-parts 1 --part 0 (it writes {RowPart(0, 1).output_of(out)})")
+
+
 def row_ids(ids: Sequence[Any] | None, total: int) -> list[Any]:
     """Each input row's id: its id column's value, else its row number (0-based, as .npy's row i is text i)."""
     return list(ids) if ids is not None else list(range(total))

@@ -61,10 +61,11 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.engine import settings_of
     from bertforge.errors import BertforgeError
     from bertforge.inference import read_prediction_inputs
-    from bertforge.parts import claim_part, part_of, row_ids, store
+    from bertforge.parts import check_out_without_parts, claim_part, part_of, row_ids, store
 
     settings = settings_of(args, "embedding texts")
     part = part_of(args)
+    check_out_without_parts(args.out, part)
     check_vectors_suffix(args.out)
     as_rows = Path(args.out).suffix in ROW_SUFFIXES
     if args.id_column is not None and not as_rows:

@@ -102,11 +102,12 @@ def fill_file(args: argparse.Namespace) -> int:
     from bertforge.errors import DataError
     from bertforge.inference import fill_masks, load_model, read_prediction_inputs, write_rows
     from bertforge.output_guard import claim_file, record_outputs
-    from bertforge.parts import claim_part, part_of, row_ids, store
+    from bertforge.parts import check_out_without_parts, claim_part, part_of, row_ids, store
 
     part = part_of(args)
     if part is not None and args.out is None:
         raise DataError("--num-parts writes each part beside --out: give --out, e.g. --out filled.jsonl")
+    check_out_without_parts(args.out, part)
     sources = [(args.input, "the --input file"), (args.model, "MODEL")]
     out = None
     if args.out is not None and part is None:

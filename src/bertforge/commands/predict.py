@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         write_rows,
     )
     from bertforge.output_guard import claim_file, record_outputs
-    from bertforge.parts import part_of, row_ids
+    from bertforge.parts import check_out_without_parts, part_of, row_ids
 
     if args.text_pair is not None and args.text is None:
         raise BertforgeError("--text-pair gives the second text of each --text; give the --text too (or --input "
@@ -157,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if part is not None and (args.input is None or args.out is None):
         raise BertforgeError("--num-parts splits an --input file into parts, each written beside --out: give --input "
                              "and --out (e.g. --out preds.jsonl writes preds.part-00000-of-00016.jsonl)")
+    check_out_without_parts(args.out, part)
     out = None
     if args.out is not None and part is None:
         out = claim_file(args.out, command="predict", flag="--out", what="predictions file", overwrite=args.overwrite,
