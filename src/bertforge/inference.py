@@ -74,11 +74,13 @@ def kind_of_loaded(loaded: LoadedModel) -> TaskKind:
 def load_model(reference: str | Path) -> LoadedModel:
     """Load any model `bertforge.locate` understands, on the CPU, in eval mode."""
     import bertforge.tasks.kinds  # noqa: F401  (every kind's model class, so a directory holding one loads)
+    from bertforge.models.init import weights_from_checkpoint
     from bertforge.models.loading import load_model_directory
 
     location = resolve_model(reference)
     try:
-        model = load_model_directory(location.path)
+        with weights_from_checkpoint():
+            model = load_model_directory(location.path)
     except DAMAGED_WEIGHTS_ERRORS as error:
         if isinstance(error, RuntimeError | ValueError) and not any(
                 mark in str(error) for mark in CORRUPT_FILE_MARKS):

@@ -45,6 +45,7 @@ from bertforge.models.attention_backends import (
     flash_attn_arguments,
     varlen_attn_arguments,
 )
+from bertforge.models.compile_boundaries import eager_under_compile
 from bertforge.models.dropout import dropout
 
 _kernels_by_device: dict[torch.device, AvailableKernels] = {}
@@ -80,7 +81,7 @@ class RowPlacement:
     is_identity: bool  # one full-length sequence per row, in order: no copy, no mask needed
 
 
-@torch.compiler.disable
+@eager_under_compile
 def place_in_rows(cu_seqlens: torch.Tensor, max_seqlen: int) -> RowPlacement:
     """First-fit decreasing: short sequences share rows, so SDPA computes fewer padded slots.
 

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.models.attention import PackedAttention, _to_rows
+from bertforge.models.compile_boundaries import eager_under_compile
 from bertforge.models.config import DisentangledAttention, EncoderConfig
 from bertforge.models.dropout import Dropout
 
@@ -85,7 +86,7 @@ class RelativeLayout:
     relative: torch.Tensor  # [table rows, hidden] those embeddings (normed)
 
     @classmethod
-    @torch.compiler.disable  # bookkeeping over the batch's lengths, as `place_in_rows`: no guard per length
+    @eager_under_compile  # bookkeeping over the batch's lengths, as `place_in_rows`: no guard per length
     def build(cls, attention: PackedAttention, position_ids: torch.Tensor, relative_embeddings: RelativeEmbeddings,
               settings: DisentangledAttention) -> RelativeLayout:
         placement = attention.placement

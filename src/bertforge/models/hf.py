@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import transformers
+from safetensors.torch import load_file
 from torch import nn
 
 from bertforge.console import log
@@ -126,23 +127,49 @@ def from_hf(hf_model: nn.Module, task: str = "auto", *, num_labels: int | None =
     they are listed at info level.
     """
     hf_class = type(hf_model).__name__
+    hf_state = in_head_layout(hf_class, hf_model.state_dict())
+    model = _model_for_state(hf_class, hf_model.config, hf_state, task, num_labels=num_labels,
+                             problem_type=problem_type, label_names=label_names, nsp=nsp)
+    load_converted_state(model, hf_state, _source_of(hf_class, hf_model.config))
+    return model
+
+
+def in_head_layout(hf_class: str, hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An HF state dict in the For* layout: a bare model's has no `bert.`/`model.` prefix, so it gets one.
+    (ElectraForPreTraining imports as a base too, but keeps its encoder under `electra.` as every For* class does.)"""
     family = family_of_class(hf_class)
-    hf_config = hf_model.config
-    source = f"{hf_class} ({getattr(hf_config, '_name_or_path', '') or 'in memory'})"
-    config = encoder_config_from_hf(hf_config, source)
+    if hf_class != family.base_class():
+        return hf_state
+    return {family.encoder_prefix + key: value for key, value in hf_state.items()}
+
+
+def _source_of(hf_class: str, hf_config: transformers.PretrainedConfig) -> str:
+    return f"{hf_class} ({getattr(hf_config, '_name_or_path', '') or 'in memory'})"
+
+
+def _model_for_state(hf_class: str, hf_config: transformers.PretrainedConfig, hf_state: dict[str, torch.Tensor],
+                     task: str, *, num_labels: int | None, problem_type: str | None, label_names: list[str] | None,
+                     nsp: bool | None) -> BertforgeAny:
+    """The fresh bertforge model `from_hf` loads an HF class's state (For* layout) into."""
+    config = encoder_config_from_hf(hf_config, _source_of(hf_class, hf_config))
     tasks = ("auto", *(cls.head_kind for cls in hf_head_classes()))
     if task not in tasks:
         raise BertforgeError(f"unknown task {task!r}; choose one of {', '.join(tasks)}")
     task = head_class_of(hf_class).head_kind if task == "auto" else task
-    hf_state = hf_model.state_dict()
-    # A bare model has no `bert.`/`model.` prefix; read it in the For* layout. (ElectraForPreTraining imports as a
-    # base too, but keeps its encoder under `electra.` as every For* class does.)
-    if hf_class == family.base_class():
-        hf_state = {family.encoder_prefix + key: value for key, value in hf_state.items()}
-    model = _new_model(config, hf_class, hf_config, task, num_labels=num_labels, problem_type=problem_type,
-                       label_names=label_names, nsp=nsp, pooler=f"{family.encoder_prefix}pooler.dense.weight" in hf_state)
-    load_converted_state(model, hf_state, source)
-    return model
+    pooler = f"{family_of_class(hf_class).encoder_prefix}pooler.dense.weight" in hf_state
+    return _new_model(config, hf_class, hf_config, task, num_labels=num_labels, problem_type=problem_type,
+                      label_names=label_names, nsp=nsp, pooler=pooler)
+
+
+def _holds_every_weight(model: BertforgeAny, hf_state: dict[str, torch.Tensor]) -> bool:
+    """Whether `hf_state` has, under the names `model`'s class maps, every weight of `model` but its tied ones."""
+    ours = model.state_dict()
+    _, tied = untied_state_dict(model)
+    for our_key, hf_key in _import_pairs(model):
+        if our_key in ours and our_key not in tied:
+            if not all(key in hf_state for key in (hf_key if isinstance(hf_key, tuple) else (hf_key,))):
+                return False
+    return True
 
 
 def _new_model(config: EncoderConfig, hf_class: str, hf_config: transformers.PretrainedConfig, task: str, *,
@@ -249,8 +276,8 @@ SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
-def check_hf_checkpoint(directory: str | Path, hf_class: str) -> None:
-    """What `from_pretrained` would allocate and unpickle, checked before it runs.
+def check_hf_checkpoint(directory: str | Path, hf_class: str) -> transformers.PretrainedConfig:
+    """What `from_pretrained` would allocate and unpickle, checked before it runs; returns the config it read.
 
     Sizes: each a whole number (transformers' own validation error is not one line), the model within
     `bertforge.size_limits` (a config.json with a million layers would otherwise grow memory for
@@ -265,7 +292,9 @@ def check_hf_checkpoint(directory: str | Path, hf_class: str) -> None:
         least = 0 if key == "type_vocab_size" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BertforgeError(f"{config_path}: `{key}` is {value!r}; give a whole number of at least {least}")
-    hf_config = getattr(transformers, hf_class).config_class.from_pretrained(str(directory), local_files_only=True)
+    # the family's config class, not `getattr(transformers, hf_class).config_class`: that imports the modeling module
+    config_class = transformers.CONFIG_MAPPING[family_of_class(hf_class).model_type]
+    hf_config = config_class.from_pretrained(str(directory), local_files_only=True)
     if hf_config.hidden_size % hf_config.num_attention_heads:
         raise BertforgeError(f"{config_path}: `hidden_size` ({hf_config.hidden_size}) is not a multiple of "
                              f"`num_attention_heads` ({hf_config.num_attention_heads}); fix one of them")
@@ -281,6 +310,7 @@ def check_hf_checkpoint(directory: str | Path, hf_class: str) -> None:
                 f".save_pretrained('{directory}')\"`, or download the model's model.safetensors")
         raise BertforgeError(f"{directory}: no model.safetensors beside config.json; the directory is incomplete, copy "
                              "or download the weights as well")
+    return hf_config
 
 
 def sentence_transformers_pooling(directory: str | Path) -> str | None:
@@ -300,7 +330,11 @@ def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels:
                        nsp: bool | None = None) -> BertforgeAny:
     """Load a Hugging Face BERT/ModernBERT directory (e.g. all-MiniLM-L6-v2) into a bertforge model, offline."""
     hf_class = hf_architecture(directory)
-    check_hf_checkpoint(directory, hf_class)
+    hf_config = check_hf_checkpoint(directory, hf_class)
+    model = _load_named_as_hf_class(directory, hf_class, hf_config, task, num_labels=num_labels,
+                                    problem_type=problem_type, label_names=label_names, nsp=nsp)
+    if model is not None:
+        return model
     try:
         hf_model, loading = getattr(transformers, hf_class).from_pretrained(
             str(directory), local_files_only=True, output_loading_info=True, use_safetensors=True)
@@ -318,6 +352,31 @@ def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels:
             owner.pooler = None
     return from_hf(hf_model, task, num_labels=num_labels, problem_type=problem_type, label_names=label_names,
                    nsp=nsp)
+
+
+def _load_named_as_hf_class(directory: str | Path, hf_class: str, hf_config: transformers.PretrainedConfig, task: str,
+                            *, num_labels: int | None, problem_type: str | None, label_names: list[str] | None,
+                            nsp: bool | None) -> BertforgeAny | None:
+    """The model read straight from a single model.safetensors that names every weight as `hf_class` does, or None
+    (the global RNG as it was) for `from_pretrained` to load it: a sharded file, older names it would rename, a
+    weight it would draw fresh.
+
+    `from_pretrained` would hand over the very same tensors, and importing a `transformers` model class costs
+    2-4 s of start-up on these cores (its modeling module imports torch._dynamo): most of `bertforge embed
+    all-MiniLM-L6-v2`'s start-up before this path."""
+    path = Path(directory) / SAFE_WEIGHTS[0]
+    if not path.is_file():
+        return None
+    hf_config._name_or_path = str(directory)  # as `from_pretrained` names it (the errors and logs say so)
+    hf_state = in_head_layout(hf_class, load_file(str(path)))
+    rng = torch.get_rng_state()
+    model = _model_for_state(hf_class, hf_config, hf_state, task, num_labels=num_labels, problem_type=problem_type,
+                             label_names=label_names, nsp=nsp)
+    if not _holds_every_weight(model, hf_state):
+        torch.set_rng_state(rng)  # the fallback builds the model again: the same draws as if this had not run
+        return None
+    load_converted_state(model, hf_state, _source_of(hf_class, hf_config))
+    return model
 
 
 # ---------------------------------------------------------------------------------------------

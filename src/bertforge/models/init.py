@@ -10,6 +10,8 @@ after every add and keeps the plain std.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -18,6 +20,25 @@ from bertforge.models.config import EncoderConfig
 
 RESIDUAL_OUTPUT_SUFFIXES = ("attention.output", "mlp.output")
 CUTOFF_STDS = 2.0
+
+_draws_skipped = False
+
+
+@contextmanager
+def weights_from_checkpoint() -> Iterator[None]:
+    """Build models whose weights a checkpoint replaces next, without BERT's draw (`init_weights` does nothing).
+
+    Loading for inference built MiniLM twice (the checkpoint's class, then the embedding model it becomes),
+    each draw 0.5-1.5 s of `bertforge embed`'s start-up on these cores. Only where the global RNG's later draws
+    do not matter: training builds its fresh head after loading the encoder, from the same seed as before. A
+    weight the checkpoint lacks keeps torch's default draw instead (a head absent from it predicts noise either way).
+    """
+    global _draws_skipped
+    previous, _draws_skipped = _draws_skipped, True
+    try:
+        yield
+    finally:
+        _draws_skipped = previous
 
 
 def truncated_normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None = None) -> None:
@@ -38,7 +59,9 @@ def truncated_normal_(weight: torch.Tensor, std: float, generator: torch.Generat
 
 @torch.no_grad()
 def init_weights(module: nn.Module, config: EncoderConfig) -> None:
-    """Initialise every Linear, Embedding and LayerNorm inside `module`."""
+    """Initialise every Linear, Embedding and LayerNorm inside `module` (unless under `weights_from_checkpoint`)."""
+    if _draws_skipped:
+        return
     residual_std = config.initializer_range / math.sqrt(2.0 * config.num_layers)
     for name, child in module.named_modules():
         if isinstance(child, nn.Linear):

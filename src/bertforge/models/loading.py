@@ -20,6 +20,7 @@ from bertforge.models.embedding import BertforgeForEmbedding, embedding_pooling
 from bertforge.models.encoder import BertforgeModel
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
+from bertforge.models.init import weights_from_checkpoint
 from bertforge.models.serialization import MODEL_CLASSES, is_bertforge_model_dir, load_bertforge_model
 from bertforge.models.token_classification import BertforgeForTokenClassification
 
@@ -87,8 +88,9 @@ def as_embedding_model(source: BertforgeAny, path: Path) -> BertforgeForEmbeddin
         return source
     settings = read_sentence_transformers(path)
     config = dataclasses.replace(source.config, pooling=embedding_pooling(source, path))
-    target = BertforgeForEmbedding(config, normalize=settings is not None and settings.normalize,
-                                   pooler=source.pooler_module() is not None)
+    with weights_from_checkpoint():  # every weight comes from `source`; an embedding model has no other
+        target = BertforgeForEmbedding(config, normalize=settings is not None and settings.normalize,
+                                       pooler=source.pooler_module() is not None)
     _transfer(source, target)
     return target
 

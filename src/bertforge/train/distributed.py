@@ -186,6 +186,9 @@ def parallelize(model: nn.Module, layers: Sequence[nn.Module], section: DistSect
             log.warning("dist.activation_checkpointing is on but the model has no `layers` blocks; ignored")
         apply_activation_checkpointing(layers)
     if section.compile:
+        from bertforge.models.compile_boundaries import apply_compile_boundaries
+
+        apply_compile_boundaries()
         model = torch.compile(model, backend=section.compile_backend)  # type: ignore[assignment]
     if not env.distributed or section.strategy == "none":
         return model

@@ -57,8 +57,8 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
                                hf_model_type=hf.model_type)
 
 
-def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
-    """The record of one of the three names of this graph: its model_type, class-name prefix and config class."""
+def _family(model_type: str, prefix: str) -> ModelFamily:
+    """The record of one of the three names of this graph: its model_type and class-name prefix."""
     heads = {prefix + BASE_SUFFIX: (), f"{prefix}ForMaskedLM": MLM_HEAD,
              f"{prefix}ForSequenceClassification": SEQUENCE_HEAD, f"{prefix}ForTokenClassification": TOKEN_HEAD}
     # an encoder remembers which name it was imported under; one made here (none recorded) is RoBERTa
@@ -88,7 +88,9 @@ def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
                      special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
         # HF numbers positions from its pad id: it must be the one the encoder was trained with
         values = common | {"pad_token_id": config.position_offset - 1}
-        return config_class(
+        # the config class looked up when an export needs it: `transformers.RobertaConfig` read at import cost
+        # a second of every command's start-up (transformers' lazy module indexes the family's package)
+        return transformers.CONFIG_MAPPING[model_type](
             type_vocab_size=config.type_vocab_size, classifier_dropout=config.classifier_dropout,
             bos_token_id=special_tokens.get("cls"), eos_token_id=special_tokens.get("sep"),
             **bert_config_values(config, values))
@@ -100,6 +102,6 @@ def _family(model_type: str, prefix: str, config_class: type) -> ModelFamily:
     )
 
 
-ROBERTA = _family("roberta", "Roberta", transformers.RobertaConfig)
-XLM_ROBERTA = _family("xlm-roberta", "XLMRoberta", transformers.XLMRobertaConfig)
-CAMEMBERT = _family("camembert", "Camembert", transformers.CamembertConfig)
+ROBERTA = _family("roberta", "Roberta")
+XLM_ROBERTA = _family("xlm-roberta", "XLMRoberta")
+CAMEMBERT = _family("camembert", "Camembert")
