@@ -8,7 +8,9 @@ clients) the two servers are measured back to back (the ratio is taken within on
 every client sends one real gloss per request (bundled supersense glosses, ~18 tokens) back to back for
 `--seconds`, after a warm-up, over keep-alive connections (httpx, asyncio, in this process). Reported:
 requests/s (= texts/s), p50 and p99 latency, and the largest difference between the two servers' vectors.
-The load generator shares the machine's cores with the server it measures, equally for both.
+The load generator shares the machine's cores with the server it measures, equally for both. Last, for what
+batching across requests can approach, the batch engine in this process (`embed_run`, the engine
+`bertforge embed` runs) on the same glosses, with the servers idle.
 
     .venv/bin/python -m benchmarks.serve
     .venv/bin/python -m benchmarks.serve --concurrency 1 8 32 --seconds 20 --out benchmarks/results/serve.json
@@ -31,6 +33,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 from pydantic import BaseModel
+
+from bertforge.serving.server import KEEP_ALIVE_SECONDS
 
 MODEL = "all-MiniLM-L6-v2"
 STARTUP_SECONDS = 300
@@ -84,7 +88,9 @@ def serve_wrapper() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)
     print(f"serving 1 model on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])
+    # bertforge serve's keep-alive, so that the two differ in what they run, not in how long connections live
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def start(command: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -109,10 +115,15 @@ async def measure(name: str, url: str, texts: list[str], clients: int, seconds: 
         while time.monotonic() < until:
             text = texts[(number * 7919 + sent) % len(texts)]
             started = time.perf_counter()
-            response = await http.post("/v1/embeddings", json={"model": MODEL, "input": [text]})
+            try:
+                response = await http.post("/v1/embeddings", json={"model": MODEL, "input": [text]})
+                ok = response.status_code == 200
+            except httpx.TransportError as error:  # counted, and shown, as a failed request
+                print(f"  {name}: {type(error).__name__}: {error}", flush=True)
+                ok = False
             if record:
                 latencies.append(time.perf_counter() - started)
-                failed += response.status_code != 200
+                failed += not ok
             sent += 1
 
     # one client, a keep-alive connection per concurrent caller (a client each would load its TLS certificates,
@@ -131,6 +142,18 @@ async def measure(name: str, url: str, texts: list[str], clients: int, seconds: 
 def vectors_of(url: str, texts: list[str]) -> np.ndarray:
     answer = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": texts}, timeout=300).json()
     return np.array([item["embedding"] for item in answer["data"]])
+
+
+def engine_texts_per_second(texts: list[str]) -> float:
+    from bertforge.console import hide_progress
+    from bertforge.embed import embed_run, load_embedder
+
+    hide_progress()
+    embedder = load_embedder(MODEL)
+    embed_run(embedder, texts[:64])  # warm-up
+    started = time.perf_counter()
+    embed_run(embedder, texts)
+    return len(texts) / (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -165,8 +188,12 @@ def main() -> None:
             print(f"{clients:3d} clients  throughput ratio {pair[0].requests_per_second / pair[1].requests_per_second:.2f}x, "
                   f"p99 ratio {pair[0].p99_ms / pair[1].p99_ms:.2f}  (load average {os.getloadavg()[0]:.1f})", flush=True)
             levels += pair
+        engine_rate = engine_texts_per_second(texts[:1000])
+        print(f"batch engine in process (bertforge embed's): {engine_rate:.1f} texts/s on 1,000 glosses "
+              f"(load average {os.getloadavg()[0]:.1f})")
         if args.out is not None:
             args.out.write_text(json.dumps({"model": MODEL, "max_vector_difference": difference,
+                                            "engine_texts_per_second": engine_rate,
                                             "levels": [asdict(level) for level in levels]}, indent=1) + "\n")
     finally:
         for process, _ in servers.values():

@@ -12,6 +12,9 @@ from fastapi import FastAPI
 from bertforge.errors import BertforgeError
 
 BACKLOG = 2048  # connections the kernel holds before uvicorn accepts them
+# seconds an idle keep-alive connection stays open (uvicorn's default is 5): a client reusing a connection as the
+# server closes it sees a read error; on loaded cores timers fire late, and a benchmark client met one at 5 s
+KEEP_ALIVE_SECONDS = 30
 
 
 def bound_socket(host: str, port: int) -> socket.socket:
@@ -48,5 +51,5 @@ class _Server(uvicorn.Server):
 
 def serve_until_stopped(app: FastAPI, sock: socket.socket) -> None:
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=None,
-                            access_log=False)
+                            access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS)
     _Server(config).run(sockets=[sock])
