@@ -236,6 +236,8 @@ def test_fill_mask_gives_the_commands_candidates(server: Server, models: dict[st
     ("/v1/embeddings", {"model": EMBEDDER, "input": ["word " * 50_000]}, AUTH, 413, "--max-chars-per-request"),
     ("/v1/embeddings", {"model": "nope", "input": "a"}, AUTH, 404, "/v1/models lists"),
     ("/v1/embeddings", {"model": TAGGER, "input": "a"}, AUTH, 422, "token_classification model"),
+    ("/v1/embeddings", {"model": EMBEDDER, "input": "a", "dimensions": 128}, AUTH, 422, "'dimensions' is 128"),
+    ("/tag", {"inputs": "a", "model": CLASSIFIER}, AUTH, 422, "not /tag"),
     ("/predict", {"inputs": "a", "top_k": 3}, AUTH, 422, "'top_k' is not a field"),
     ("/fill-mask", {"inputs": ["no mask here"]}, AUTH, 422, "no [MASK] token"),
     ("/fill-mask", {"inputs": "the [MASK]", "top_k": 0}, AUTH, 422, "'top_k'"),
