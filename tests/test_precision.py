@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import HANG_TIMEOUT
 from helpers.tiny_pretraining import (
     ROOT,
     final_weights,
@@ -44,10 +45,23 @@ def fp32_run(prepared_corpus: Path, tmp_path_factory: pytest.TempPathFactory) ->
                  "train.precision=fp32")
 
 
+FP16_CHECKPOINTED = ["train.precision=fp16", "train.checkpoint_every=3"]
+
+
+@pytest.fixture(scope="module")
+def fp16_run(prepared_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """6 fp16 steps, checkpointed at step 3: the half-precision test's fp16 run and the resume test's uninterrupted
+    reference (on this CPU fp16 matmuls are slow; one run serves both)."""
+    return train(prepared_corpus, tmp_path_factory.mktemp("precision") / "fp16", "train.max_steps=6",
+                 *FP16_CHECKPOINTED)
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_half_precision_training_on_cpu_ends_within_tolerance_of_fp32(precision: str, fp32_run: Path,
-                                                                      prepared_corpus: Path, tmp_path: Path) -> None:
-    run_dir = train(prepared_corpus, tmp_path / precision, "train.max_steps=6", f"train.precision={precision}")
+                                                                      prepared_corpus: Path, tmp_path: Path,
+                                                                      request: pytest.FixtureRequest) -> None:
+    run_dir = request.getfixturevalue("fp16_run") if precision == "fp16" else \
+        train(prepared_corpus, tmp_path / precision, "train.max_steps=6", f"train.precision={precision}")
     reference, losses = train_losses(fp32_run), train_losses(run_dir)
     assert len(losses) == len(reference) == 6
     assert losses == pytest.approx(reference, rel=LOSS_RTOL)
@@ -55,13 +69,13 @@ def test_half_precision_training_on_cpu_ends_within_tolerance_of_fp32(precision:
     assert relative_distance(final_weights(run_dir, 6), final_weights(fp32_run, 6)) < WEIGHT_RTOL
 
 
-def test_fp16_resume_restores_the_grad_scaler_and_ends_bitwise_equal(prepared_corpus: Path, tmp_path: Path) -> None:
+def test_fp16_resume_restores_the_grad_scaler_and_ends_bitwise_equal(fp16_run: Path, prepared_corpus: Path,
+                                                                    tmp_path: Path) -> None:
     """The scaler's scale and growth tracker continue from the checkpoint, as the weights do."""
-    fp16 = ["train.precision=fp16", "train.checkpoint_every=3"]
-    uninterrupted = train(prepared_corpus, tmp_path / "uninterrupted", "train.max_steps=6", *fp16)
+    uninterrupted = fp16_run
     resumed = tmp_path / "resumed"
-    train(prepared_corpus, resumed, "train.max_steps=3", *fp16)
-    train(prepared_corpus, resumed, "train.max_steps=6", *fp16)  # run.resume=auto: from step 3
+    train(prepared_corpus, resumed, "train.max_steps=3", *FP16_CHECKPOINTED)
+    train(prepared_corpus, resumed, "train.max_steps=6", *FP16_CHECKPOINTED)  # run.resume=auto: from step 3
     scaler_file = Path("checkpoints") / "step-00000006" / "scaler.safetensors"
     expected, restored = (load_state(run / scaler_file) for run in (uninterrupted, resumed))
     assert restored == expected and restored["_growth_tracker"] == 6  # a fresh scaler would count 3
@@ -94,7 +108,7 @@ def test_fsdp2_policy_computes_in_half_precision_and_an_overflow_on_one_shard_sk
     worker = ROOT / "tests" / "helpers" / "fsdp_precision_worker.py"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(worker)], cwd=ROOT, env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     # two ranks print to one pipe: their reports may share a line, so take each flat JSON object wherever it is
     ranks = [json.loads(found) for found in re.findall(r"\{[^{}]*\}", done.stdout)]
