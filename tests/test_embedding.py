@@ -201,37 +201,47 @@ def test_the_second_pass_replays_the_dropout_masks_of_the_first() -> None:
         torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6)
 
 
+def three_steps_of_16(pair_files: dict[str, Path], micro: int) -> list[str]:
+    """3 steps of a global batch of 16 in micro-batches of `micro`, dropout off."""
+    return pair_overrides(pair_files, "model.hidden_dropout=0", "model.attention_dropout=0",
+                          "train.global_batch_size=16", f"train.micro_batch_size={micro}", "train.max_steps=3",
+                          "train.log_every=1", "train.eval_every=3")
+
+
+@pytest.fixture(scope="module")
+def one_big_batch_losses(pair_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> list[float]:
+    """One process, one micro-batch of 16: the reference of the accumulating run and of the 2-rank run."""
+    root = tmp_path_factory.mktemp("one-big-batch")
+    config = load_config(None, [f"run.output_dir={root}", "run.name=big", *three_steps_of_16(pair_files, 16)])
+    assert Trainer(config, EmbeddingTask(config)).fit().exit_code == 0
+    losses = [r["loss"] for r in metrics_records(root / "big", "train")]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    return losses
+
+
 def test_training_with_accumulation_follows_training_with_one_big_batch(pair_files: dict[str, Path],
+                                                                       one_big_batch_losses: list[float],
                                                                        tmp_path: Path) -> None:
-    runs = {}
-    for name, micro in (("big", 16), ("accumulated", 4)):
-        config = load_config(None, [f"run.output_dir={tmp_path}", f"run.name={name}", *pair_overrides(
-            pair_files, "model.hidden_dropout=0", "model.attention_dropout=0", "train.global_batch_size=16",
-            f"train.micro_batch_size={micro}", "train.max_steps=3", "train.log_every=1", "train.eval_every=3")])
-        assert Trainer(config, EmbeddingTask(config)).fit().exit_code == 0
-        runs[name] = [r["loss"] for r in metrics_records(tmp_path / name, "train")]
-    assert len(runs["big"]) == 3 and runs["big"][-1] < runs["big"][0]
-    assert runs["accumulated"] == pytest.approx(runs["big"], rel=1e-5)
+    config = load_config(None, [f"run.output_dir={tmp_path}", "run.name=accumulated", *three_steps_of_16(pair_files, 4)])
+    assert Trainer(config, EmbeddingTask(config)).fit().exit_code == 0
+    accumulated = [r["loss"] for r in metrics_records(tmp_path / "accumulated", "train")]
+    assert accumulated == pytest.approx(one_big_batch_losses, rel=1e-5)
 
 
-def test_two_ranks_share_their_negatives_like_one_process(pair_files: dict[str, Path], tmp_path: Path) -> None:
-    """torchrun, 2 ranks x 2 micro-batches of 4 against 1 process x 1 micro-batch of 16: the same losses."""
+def test_two_ranks_share_their_negatives_like_one_process(pair_files: dict[str, Path], one_big_batch_losses: list[float],
+                                                          tmp_path: Path) -> None:
+    """torchrun, 2 ranks x 2 micro-batches of 4 against 1 process x 1 micro-batch of 16: the same losses.
+    (The one process is the module's in-process run: a second interpreter for it only added start-up CPU.)"""
     env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    runs = {}
-    for nproc, micro in ((1, 16), (2, 4)):
-        name = f"ranks-{nproc}"
-        config = tmp_path / f"{name}.yaml"
-        config.write_text(config_to_yaml(load_config(None, [f"run.output_dir={tmp_path}", f"run.name={name}", *pair_overrides(
-            pair_files, "model.hidden_dropout=0", "model.attention_dropout=0", "train.global_batch_size=16",
-            f"train.micro_batch_size={micro}", "train.max_steps=3", "train.log_every=1", "train.eval_every=3")])))
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
-            if nproc > 1 else [sys.executable]
-        done = subprocess.run([*launcher, "-m", "bertforge.cli", "-q", "finetune", str(config)], cwd=REPO_ROOT,
-                              env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        runs[nproc] = [r["loss"] for r in metrics_records(tmp_path / name, "train")]
-    assert len(runs[1]) == 3
-    assert runs[2] == pytest.approx(runs[1], rel=1e-5, abs=1e-6)
+    config = tmp_path / "ranks-2.yaml"
+    config.write_text(config_to_yaml(load_config(None, [f"run.output_dir={tmp_path}", "run.name=ranks-2",
+                                                        *three_steps_of_16(pair_files, 4)])))
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    done = subprocess.run([*launcher, "-m", "bertforge.cli", "-q", "finetune", str(config)], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    two_ranks = [r["loss"] for r in metrics_records(tmp_path / "ranks-2", "train")]
+    assert two_ranks == pytest.approx(one_big_batch_losses, rel=1e-5, abs=1e-6)
 
 
 def test_cosine_regression_on_scored_pairs_accumulates_like_one_batch_and_reports_correlations(
