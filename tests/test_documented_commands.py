@@ -198,6 +198,8 @@ RUNS: dict[str, Run] = {
         Run({"runs/wordnet-choice-minilm": "chooser", **CHOICES}),
     "embed runs/wordnet-embedding-minilm --input sentences.txt --out vectors.npy":
         Run({**EMBEDDER, "sentences.txt": "embedding-pairs/sentences.txt"}),
+    "embed runs/wordnet-embedding-minilm --input sentences.txt --out vectors.npy --backend onnx":
+        Run({**EMBEDDER, "sentences.txt": "embedding-pairs/sentences.txt"}),
     "embed all-MiniLM-L6-v2 --input pairs.jsonl --text-column anchor --out anchors.npy":
         Run({"pairs.jsonl": "embedding-pairs/pairs.jsonl"}),
     "embed all-MiniLM-L6-v2 --input pairs.jsonl --text-column anchor --out anchors.npy --overwrite":
