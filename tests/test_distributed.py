@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,11 +53,30 @@ def single_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+def two_rank_settings(strategy: str) -> list[str]:
+    return ["train.checkpoint_every=1", f"dist.strategy={strategy}"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """One uninterrupted 2-rank run per strategy, shared by the test against one process and the kill-and-resume
+    test's reference (each started its own before: the same settings, so the same bits, at twice the CPU)."""
+    runs: dict[str, Path] = {}
+
+    def run(strategy: str) -> Path:
+        if strategy not in runs:
+            run_dir = tmp_path_factory.mktemp(f"two-ranks-{strategy}") / strategy
+            launch(run_dir, 2, "NoDropout", *two_rank_settings(strategy))
+            runs[strategy] = run_dir
+        return runs[strategy]
+
+    return run
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
 def test_two_ranks_match_one_process_with_the_same_global_batch(strategy: str, single_process: Path,
-                                                               tmp_path: Path) -> None:
-    run_dir = tmp_path / strategy
-    launch(run_dir, 2, "NoDropout", f"dist.strategy={strategy}")
+                                                               two_ranks: Callable[[str], Path]) -> None:
+    run_dir = two_ranks(strategy)
     assert losses(run_dir) == pytest.approx(losses(single_process), rel=1e-5, abs=1e-6)
     final_single = torch.load(single_process / "final" / "model.pt", weights_only=True)
     final_dist = torch.load(run_dir / "final" / "model.pt", weights_only=True)
@@ -65,11 +85,11 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(strategy: str, s
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(strategy: str, tmp_path: Path) -> None:
+def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(strategy: str, tmp_path: Path,
+                                                                        two_ranks: Callable[[str], Path]) -> None:
     """kill -9 of the launcher and both workers; under FSDP2 the checkpoints are sharded (DCP)."""
-    settings = ["train.checkpoint_every=1", f"dist.strategy={strategy}"]
-    reference = tmp_path / "reference"
-    launch(reference, 2, "NoDropout", *settings)
+    settings = two_rank_settings(strategy)
+    reference = two_ranks(strategy)
     run_dir = tmp_path / "killed"
     process = launch(run_dir, 2, "NoDropout", *settings, wait=False)
     assert process is not None
