@@ -77,10 +77,11 @@ def test_pretraining_loss_falls_and_exports_a_transformers_model(variant: str, r
                                                                 tmp_path: Path) -> None:
     prepared = request.getfixturevalue(f"prepared_{variant}")
     run_dir = tmp_path / "run"
-    config = run_config(prepared, run_dir, "train.max_steps=40", "train.eval_every=20", "train.checkpoint_every=20",
+    # 20 steps: measured over seeds 0-4 for each variant, the last 5 losses sum to 0.83-0.85 of the first 5
+    config = run_config(prepared, run_dir, "train.max_steps=20", "train.eval_every=10", "train.checkpoint_every=10",
                         "train.best_metric=mlm_accuracy")
     result = Trainer(config, PretrainTask(config)).fit()
-    assert result.state.step == 40
+    assert result.state.step == 20
     train = records(run_dir, "train")
     assert sum(r["loss"] for r in train[-5:]) < sum(r["loss"] for r in train[:5])
     assert all(r["tokens_per_s"] > 0 and "mfu" in r and "mlm_accuracy" in r for r in train)
