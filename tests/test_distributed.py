@@ -24,14 +24,18 @@ OVERRIDES = ["optim.lr=3e-2", "optim.weight_decay=0.01", "schedule.name=linear",
              "train.eval_every=3", "data.num_workers=0", "log.progress=false", "log.tensorboard=false", "log.plots=false"]
 
 
-def launch(run_dir: Path, nproc: int, task: str, *extra: str, wait: bool = True) -> subprocess.Popen | None:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:{task}"] if nproc > 1 else \
-        [sys.executable, "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:{task}"]
+def write_config(run_dir: Path, *extra: str) -> Path:
     config = run_dir.parent / f"{run_dir.name}.yaml"
     from bertforge.config import config_to_yaml, load_config
     config.write_text(config_to_yaml(load_config(None, [*OVERRIDES, f"run.output_dir={run_dir.parent}",
                                                          f"run.name={run_dir.name}", *extra])))
+    return config
+
+
+def launch(run_dir: Path, nproc: int, task: str, *extra: str, wait: bool = True) -> subprocess.Popen | None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:{task}"]
+    config = write_config(run_dir, *extra)
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     if not wait:
         return subprocess.Popen([*command, str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -48,8 +52,12 @@ def losses(run_dir: Path) -> list[float]:
 
 @pytest.fixture(scope="module")
 def single_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one-process reference, run by the CLI's entry point in this process (a second interpreter only added
+    start-up CPU)."""
+    from bertforge.cli import main
+
     run_dir = tmp_path_factory.mktemp("dist") / "single"
-    launch(run_dir, 1, "NoDropout")
+    assert main(["-q", "train", "--task", f"{TASKS}:NoDropout", str(write_config(run_dir))]) == 0
     return run_dir
 
 
