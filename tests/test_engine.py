@@ -270,3 +270,24 @@ def test_evaluate_through_the_engine_equals_the_training_evaluation(models: dict
     same(evaluate_pairs_file(loaded, loaded.model, labeled, text_pair_column="positive", batch_size=7,
                              settings=SMALL_BUDGET).metrics,
          evaluate_pairs(loaded.model, pairs, minilm_dir(), MAX_LENGTH, "evaluation", "mnrl", 20.0, 7).metrics)
+
+
+def test_a_tokenizer_file_is_read_once_per_length_and_again_when_it_changes(tmp_path: Path) -> None:
+    """A server or a Ray actor runs the engine once per batch; reading tokenizer.json each time cost 0.1 s a call."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    directory = tmp_path / "tokenizer"
+    shutil.copytree(minilm_dir(), directory, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx"))
+    before = engine._configured_tokenizer.cache_info()
+    first = engine.text_encoder(directory, 16)(["a zyxqvwort word"])[0]["input_ids"].tolist()
+    assert engine.text_encoder(directory, 16)(["a zyxqvwort word"])[0]["input_ids"].tolist() == first
+    after = engine._configured_tokenizer.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
+    # the same file replaced (here: "zyxqvwort", several pieces, becomes one new token) is read again, not served stale
+    original = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    original.add_tokens(["zyxqvwort"])
+    original.save(str(directory / "tokenizer.json"))
+    changed = engine.text_encoder(directory, 16)(["a zyxqvwort word"])[0]["input_ids"].tolist()
+    assert changed != first and len(changed) < len(first)

@@ -18,6 +18,7 @@ its inputs, a `Workload` (how its inputs become token ids, a batch, and one resu
 from __future__ import annotations
 
 import argparse
+import functools
 import queue
 import threading
 import time
@@ -194,13 +195,28 @@ def text_encoder(tokenizer: Tokenizer | str | Path, max_length: int) -> Callable
     `encoding` (offsets, words) and whether truncation cut it."""
     from bertforge.data.labeled import bert_tokenizer
 
-    configured = bert_tokenizer(tokenizer, max_length)
+    if isinstance(tokenizer, str | Path):
+        file = Path(tokenizer) / "tokenizer.json" if Path(tokenizer).is_dir() else Path(tokenizer)
+        stamp = file.stat().st_mtime_ns if file.is_file() else None  # a missing file: bert_tokenizer says so
+        configured = _configured_tokenizer(str(tokenizer), stamp, max_length)
+    else:
+        configured = bert_tokenizer(tokenizer, max_length)
 
     def encode(items: list[Any]) -> list[dict[str, Any]]:
         return [{"input_ids": np.asarray(e.ids, dtype=np.int32), "token_type_ids": np.asarray(e.type_ids, dtype=np.int8),
                  "encoding": e, "truncated": bool(e.overflowing)} for e in configured.encode_batch(items)]
 
     return encode
+
+
+@functools.lru_cache(maxsize=16)
+def _configured_tokenizer(path: str, stamp: int | None, max_length: int) -> Tokenizer:
+    """One configured copy per tokenizer file (and its modification time) and length: reading a 30k-entry
+    tokenizer.json takes 0.14-0.3 s, which a server or a Ray actor would otherwise pay on every batch it runs.
+    The copy is only read from (encode_batch), so the runs that share it cannot change it."""
+    from bertforge.data.labeled import bert_tokenizer
+
+    return bert_tokenizer(path, max_length)
 
 
 def tokens_of(example: dict[str, Any]) -> int:
