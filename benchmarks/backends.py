@@ -30,6 +30,7 @@ import dataclasses
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,28 +109,28 @@ def finetune(recipe: str, files: dict[str, Path], out: Path, seed: int, steps: i
     return out / name
 
 
-def score_classifier(run: Path, test: Path) -> dict[str, float]:
+def score_run(run: Path, test: Path, evaluate: Callable[..., Any], metric: str) -> dict[str, float]:
+    """`metric` of the run's final model on `test` under every backend (`evaluate`: the kind's evaluate-a-file)."""
     from bertforge.inference import load_model
-    from bertforge.tasks.classify import evaluate_file
 
     loaded = load_model(run)
     scores = {}
     for backend in BACKENDS:
         subject = dataclasses.replace(loaded, model=torch_int8(loaded.model)) if backend == "torch-int8" else loaded
-        scores[backend] = evaluate_file(subject, test, settings=settings_for(backend)).metrics["accuracy"]
+        scores[backend] = evaluate(subject, test, settings=settings_for(backend)).metrics[metric]
     return scores
+
+
+def score_classifier(run: Path, test: Path) -> dict[str, float]:
+    from bertforge.tasks.classify import evaluate_file
+
+    return score_run(run, test, evaluate_file, "accuracy")
 
 
 def score_tagger(run: Path, test: Path) -> dict[str, float]:
-    from bertforge.inference import load_model
     from bertforge.tasks.tagging import evaluate_tagged_file
 
-    loaded = load_model(run)
-    scores = {}
-    for backend in BACKENDS:
-        subject = dataclasses.replace(loaded, model=torch_int8(loaded.model)) if backend == "torch-int8" else loaded
-        scores[backend] = evaluate_tagged_file(subject, test, settings=settings_for(backend)).metrics["f1"]
-    return scores
+    return score_run(run, test, evaluate_tagged_file, "f1")
 
 
 def score_retrieval(work: Path, test_rows: int) -> dict[str, dict[str, float]]:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.finetuning import minilm_dir
+from helpers.models import MINILM_TINY_LENGTH, minilm_sized_config
 
 from bertforge.backends import backend_for, model_digest, onnx_cache_dir
 from bertforge.cli import main
@@ -22,7 +23,7 @@ from bertforge.embed import Embedder, embed_run, load_embedder
 from bertforge.engine import EngineSettings
 from bertforge.errors import BertforgeError
 from bertforge.inference import load_model, read_inputs
-from bertforge.models import EncoderConfig, save_bertforge_model
+from bertforge.models import save_bertforge_model
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.embedding import BertforgeForEmbedding
 from bertforge.models.token_classification import BertforgeForTokenClassification
@@ -33,7 +34,7 @@ from bertforge.tasks.tagging import entity_rows
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-MAX_LENGTH = 40
+MAX_LENGTH = MINILM_TINY_LENGTH
 BUDGET = 160  # tokens per batch: several batches of different widths, so padding is exercised
 ONNX = EngineSettings(max_batch_tokens=BUDGET, backend="onnx")
 INT8 = EngineSettings(max_batch_tokens=BUDGET, backend="onnx-int8")
@@ -41,11 +42,6 @@ TORCH = EngineSettings(max_batch_tokens=BUDGET)
 LONG = ("the gradual decline in the quality of the soil of a region that is brought about by the removal of its "
         "covering vegetation by wind and by water over a long period of time")
 
-
-def tiny_config(**changes: object) -> EncoderConfig:
-    return EncoderConfig(vocab_size=30528, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                         max_position_embeddings=MAX_LENGTH, hidden_dropout=0.0, attention_dropout=0.0,
-                         initializer_range=0.2, **changes)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,11 +71,11 @@ def minilm() -> Embedder:
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("backend-models")
-    built = {"classification": BertforgeForSequenceClassification(tiny_config(), 3, "classification",
+    built = {"classification": BertforgeForSequenceClassification(minilm_sized_config(), 3, "classification",
                                                                   ["noun.act", "noun.animal", "verb.motion"]),
-             "tagging": BertforgeForTokenClassification(tiny_config(), 3, ["O", "B-X", "I-X"]),
-             "choice": BertforgeForMultipleChoice(tiny_config()),
-             "cls": BertforgeForEmbedding(tiny_config(pooling="cls"), normalize=True)}
+             "tagging": BertforgeForTokenClassification(minilm_sized_config(), 3, ["O", "B-X", "I-X"]),
+             "choice": BertforgeForMultipleChoice(minilm_sized_config()),
+             "cls": BertforgeForEmbedding(minilm_sized_config(pooling="cls"), normalize=True)}
     return {name: save_bertforge_model(model.eval(), root / name, minilm_dir()) for name, model in built.items()}
 
 

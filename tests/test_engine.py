@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from helpers.finetuning import minilm_dir
+from helpers.models import MINILM_TINY_LENGTH, minilm_sized_config
 
 from bertforge import engine
 from bertforge.cli import main
@@ -21,7 +22,7 @@ from bertforge.embed import Embedder, embed_run
 from bertforge.engine import EngineSettings
 from bertforge.errors import BertforgeError
 from bertforge.inference import fill_masks, load_model, read_inputs
-from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
+from bertforge.models import BertforgeForPreTraining, save_bertforge_model
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.embedding import BertforgeForEmbedding
 from bertforge.models.token_classification import BertforgeForTokenClassification
@@ -29,17 +30,12 @@ from bertforge.tasks.classify import prediction_rows
 from bertforge.tasks.multiple_choice import BertforgeForMultipleChoice, ChoiceSplit, choice_rows
 from bertforge.tasks.tagging import entity_rows
 
-MAX_LENGTH = 40  # the tiny models' learned positions: texts longer than this are truncated
+MAX_LENGTH = MINILM_TINY_LENGTH
 ONE_AT_A_TIME = EngineSettings(batch_size=1)
 SMALL_BUDGET = EngineSettings(max_batch_tokens=48)  # several batches, and the long texts alone in theirs
 LONG = ("the gradual decline in the quality of the soil of a region that is brought about by the removal of its "
         "covering vegetation by wind and by water over a long period of time and the loss of its nutrients")
 
-
-def tiny_config(**changes: object) -> EncoderConfig:
-    return EncoderConfig(vocab_size=30528, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                         max_position_embeddings=MAX_LENGTH, hidden_dropout=0.0, attention_dropout=0.0,
-                         initializer_range=0.2, **changes)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +63,13 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny random model of each kind with the MiniLM vocabulary, saved as bertforge directories."""
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("engine-models")
-    built = {"classification": BertforgeForSequenceClassification(tiny_config(), 3, "classification",
+    built = {"classification": BertforgeForSequenceClassification(minilm_sized_config(), 3, "classification",
                                                                   ["noun.act", "noun.animal", "verb.motion"]),
-             "regression": BertforgeForSequenceClassification(tiny_config(), 1, "regression"),
-             "tagging": BertforgeForTokenClassification(tiny_config(), 3, ["O", "B-X", "I-X"]),
-             "choice": BertforgeForMultipleChoice(tiny_config()),
-             "embedding": BertforgeForEmbedding(tiny_config(pooling="mean")),
-             "mlm": BertforgeForPreTraining(tiny_config())}
+             "regression": BertforgeForSequenceClassification(minilm_sized_config(), 1, "regression"),
+             "tagging": BertforgeForTokenClassification(minilm_sized_config(), 3, ["O", "B-X", "I-X"]),
+             "choice": BertforgeForMultipleChoice(minilm_sized_config()),
+             "embedding": BertforgeForEmbedding(minilm_sized_config(pooling="mean")),
+             "mlm": BertforgeForPreTraining(minilm_sized_config())}
     return {name: save_bertforge_model(model.eval(), root / name, minilm_dir()) for name, model in built.items()}
 
 

@@ -16,27 +16,24 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from helpers.cli import error_line
 from helpers.finetuning import minilm_dir
+from helpers.models import MINILM_TINY_LENGTH, minilm_sized_config
 
 from bertforge.cli import main
 from bertforge.embed import vectors_of_table
 from bertforge.engine import EngineSettings
 from bertforge.inference import fill_masks, load_model, read_inputs
-from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
+from bertforge.models import BertforgeForPreTraining, save_bertforge_model
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.embedding import BertforgeForEmbedding
 from bertforge.parts import RowPart
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_LENGTH = 40  # the tiny models' learned positions: longer texts are truncated
+MAX_LENGTH = MINILM_TINY_LENGTH
 LONG = " ".join(["the slow erosion of the soil of a region by wind and water over a long time"] * 4)
 PARTS = 3
 
-
-def tiny_config(**changes: object) -> EncoderConfig:
-    return EncoderConfig(vocab_size=30528, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                         max_position_embeddings=MAX_LENGTH, hidden_dropout=0.0, attention_dropout=0.0,
-                         initializer_range=0.2, **changes)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +41,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny random models with the MiniLM vocabulary, saved as bertforge directories."""
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("parts-models")
-    built = {"classification": BertforgeForSequenceClassification(tiny_config(), 3, "classification",
+    built = {"classification": BertforgeForSequenceClassification(minilm_sized_config(), 3, "classification",
                                                                   ["noun.act", "noun.animal", "verb.motion"]),
-             "embedding": BertforgeForEmbedding(tiny_config(pooling="mean")),
-             "mlm": BertforgeForPreTraining(tiny_config())}
+             "embedding": BertforgeForEmbedding(minilm_sized_config(pooling="mean")),
+             "mlm": BertforgeForPreTraining(minilm_sized_config())}
     return {name: save_bertforge_model(model.eval(), root / name, minilm_dir()) for name, model in built.items()}
 
 
@@ -67,15 +64,6 @@ def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
     code = main(list(arguments))
     return code, " ".join(capsys.readouterr().err.split())
 
-
-def error_line(capsys: pytest.CaptureFixture[str], *arguments: str) -> str:
-    """The one error line of a command refused with exit code 2."""
-    capsys.readouterr()
-    code = main(list(arguments))
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
-    return errors[0]
 
 
 def part_files(out: Path) -> list[Path]:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers.cli import error_line
 from helpers.finetuning import TINY_MODEL, finetune, minilm_dir
 
 from bertforge.cli import main
@@ -66,15 +67,6 @@ def pair_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def predictions(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
-
-def error_line(capsys: pytest.CaptureFixture[str], *arguments: str) -> str:
-    """The one error line of a command refused with exit code 2 (an info line may precede it)."""
-    capsys.readouterr()
-    code = main(list(arguments))
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
-    return errors[0]
 
 
 def test_predict_reads_the_runs_text_column_and_carries_the_id_column(gloss_run: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Tiny encoders and packed batches for the model tests (packing, dropout)."""
+"""Tiny encoders and packed batches for the model tests (packing, dropout), and tiny encoders over MiniLM's
+vocabulary for the inference tests (engine, backends, parts)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,19 @@ def tiny_config(**switches: object) -> EncoderConfig:
                                      max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0,
                                      initializer_range=0.2)
     values.update(switches)
+    return EncoderConfig(**values)  # type: ignore[arg-type]
+
+
+MINILM_TINY_LENGTH = 40  # learned positions of `minilm_sized_config`'s encoders: longer texts are truncated
+
+
+def minilm_sized_config(**changes: object) -> EncoderConfig:
+    """A 2-layer, 32-wide random encoder over all-MiniLM-L6-v2's vocabulary (its tokenizer serves it), texts up to
+    MINILM_TINY_LENGTH tokens."""
+    values: dict[str, object] = dict(vocab_size=30528, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                                     max_position_embeddings=MINILM_TINY_LENGTH, hidden_dropout=0.0,
+                                     attention_dropout=0.0, initializer_range=0.2)
+    values.update(changes)
     return EncoderConfig(**values)  # type: ignore[arg-type]
 
 
