@@ -7,13 +7,20 @@ suggest: one model loaded at start-up, a plain `def` endpoint (FastAPI runs it o
 clients) the two servers are measured back to back (the ratio is taken within one run, minutes apart at most):
 every client sends one real gloss per request (bundled supersense glosses, ~18 tokens) back to back for
 `--seconds`, after a warm-up, over keep-alive connections (httpx, asyncio, in this process). Reported:
-requests/s (= texts/s), p50 and p99 latency, and the largest difference between the two servers' vectors.
+requests/s (= texts/s), p50 and p99 latency, the largest difference between the two servers' vectors, and,
+from bertforge's /metrics, what its batcher did at each level: texts per model run, mean queue wait, mean run.
 The load generator shares the machine's cores with the server it measures, equally for both. Last, for what
 batching across requests can approach, the batch engine in this process (`embed_run`, the engine
 `bertforge embed` runs) on the same glosses, with the servers idle.
 
     .venv/bin/python -m benchmarks.serve
     .venv/bin/python -m benchmarks.serve --concurrency 1 8 32 --seconds 20 --out benchmarks/results/serve.json
+
+`--batch-cost REPEATS` measures instead what batching can gain: the served model's time for one run of
+1, 2, 4, 8 and 16 glosses (in process, 2 threads, the sizes interleaved, REPEATS rounds; median and tenth
+percentile), i.e. whether one run of 8 costs less than two runs of 4 (the batcher's linger rule rests on it).
+
+    .venv/bin/python -m benchmarks.serve --batch-cost 40
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from pydantic import BaseModel
 from bertforge.serving.server import KEEP_ALIVE_SECONDS
 
 MODEL = "all-MiniLM-L6-v2"
+BATCH_SIZES = (1, 2, 4, 8, 16)
 STARTUP_SECONDS = 300
 
 
@@ -50,6 +58,11 @@ class Level:
     p50_ms: float
     p99_ms: float
     failed: int
+    # bertforge serve's batcher over the level (from /metrics; None for the wrapper): texts per model run,
+    # mean seconds a request waited for its run, mean seconds of a run
+    texts_per_run: float | None = None
+    queue_wait_ms: float | None = None
+    run_ms: float | None = None
 
 
 class EmbeddingsRequest(BaseModel):
@@ -139,6 +152,65 @@ async def measure(name: str, url: str, texts: list[str], clients: int, seconds: 
                  ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, failed)
 
 
+BATCHER_METRICS = ("bertforge_batch_texts_count", "bertforge_batch_texts_sum", "bertforge_batch_seconds_sum",
+                   "bertforge_queue_seconds_count", "bertforge_queue_seconds_sum")
+
+
+def batcher_totals(url: str) -> dict[str, float]:
+    """bertforge serve's batcher counters so far (Prometheus text format, one model)."""
+    text = httpx.get(url + "/metrics", timeout=60).text
+    return {name: float(found[1]) if (found := re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M)) else 0.0
+            for name in BATCHER_METRICS}
+
+
+def with_batcher(level: Level, before: dict[str, float], after: dict[str, float]) -> Level:
+    runs, texts, seconds, queued, waited = (after[name] - before[name] for name in BATCHER_METRICS)
+    level.texts_per_run = texts / runs if runs else None
+    level.run_ms = seconds / runs * 1000 if runs else None
+    level.queue_wait_ms = waited / queued * 1000 if queued else None
+    return level
+
+
+def batch_cost(texts: list[str], repeats: int) -> list[dict[str, float]]:
+    """Seconds of one served-model run of n glosses, n in BATCH_SIZES, interleaved (alternate rounds reversed)."""
+    import torch
+
+    from bertforge.console import hide_progress
+    from bertforge.engine import EngineSettings
+    from bertforge.serving.served import load_served
+
+    hide_progress()
+    torch.set_num_threads(2)
+    served = load_served(MODEL, EngineSettings(label="serving"))
+    times: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
+    cpu: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}  # the process's CPU seconds: less sensitive
+    # than wall-clock time to the other processes on a shared machine
+    for size in BATCH_SIZES:  # warm-up
+        served.run(("vectors",), texts[:size])
+    offset = 0
+    for round_number in range(repeats):
+        for size in BATCH_SIZES if round_number % 2 == 0 else BATCH_SIZES[::-1]:
+            batch = texts[offset:offset + size]
+            offset = (offset + size) % (len(texts) - max(BATCH_SIZES))
+            started, cpu_started = time.perf_counter(), time.process_time()
+            served.run(("vectors",), batch)
+            times[size].append(time.perf_counter() - started)
+            cpu[size].append(time.process_time() - cpu_started)
+    rows = []
+    for size, seconds in times.items():
+        median, tenth = statistics.median(seconds), sorted(seconds)[len(seconds) // 10]
+        cpu_median = statistics.median(cpu[size])
+        rows.append({"texts": size, "median_ms": median * 1000, "p10_ms": tenth * 1000,
+                     "texts_per_second": size / median, "cpu_median_ms": cpu_median * 1000})
+        print(f"{size:3d} texts per run: median {median * 1000:7.1f} ms, p10 {tenth * 1000:7.1f} ms, "
+              f"{size / median:6.1f} texts/s; CPU median {cpu_median * 1000:7.1f} ms", flush=True)
+    by_size = {row["texts"]: row for row in rows}
+    for key in ("median_ms", "p10_ms", "cpu_median_ms"):
+        print(f"one run of 8 / two runs of 4 ({key.removesuffix('_ms')}): {by_size[8][key] / (2 * by_size[4][key]):.2f}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    return rows
+
+
 def vectors_of(url: str, texts: list[str]) -> np.ndarray:
     answer = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": texts}, timeout=300).json()
     return np.array([item["embedding"] for item in answer["data"]])
@@ -162,6 +234,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--batch-cost", type=int, default=None, metavar="REPEATS",
+                        help="measure the model's time per run of 1-16 glosses instead (no servers)")
     parser.add_argument("--wrapper", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.wrapper:
@@ -170,6 +244,12 @@ def main() -> None:
     from bertforge.inference import read_inputs
 
     texts = read_inputs("bundled:supersense/train").texts[:2000]
+    if args.batch_cost is not None:
+        rows = batch_cost(texts, args.batch_cost)
+        if args.out is not None:
+            args.out.write_text(json.dumps({"model": MODEL, "threads": 2, "repeats": args.batch_cost,
+                                            "runs": rows}, indent=1) + "\n")
+        return
     servers = {"bertforge serve": start([sys.executable, "-m", "bertforge.cli", "serve", MODEL, "--port", "0"]),
                "FastAPI + SentenceTransformer.encode": start([sys.executable, "-m", "benchmarks.serve", "--wrapper"])}
     try:
@@ -181,10 +261,16 @@ def main() -> None:
         for clients in args.concurrency:
             pair = []
             for name, (_, url) in servers.items():
+                before = batcher_totals(url) if url == ours else {}
                 level = asyncio.run(measure(name, url, texts, clients, args.seconds, args.warmup))
+                if url == ours:  # the warm-up's runs counted too: the batcher behaves the same in both
+                    level = with_batcher(level, before, batcher_totals(url))
                 pair.append(level)
+                batching = (f"  {level.texts_per_run:.1f} texts/run, queue wait {level.queue_wait_ms:.0f} ms, "
+                            f"run {level.run_ms:.0f} ms" if level.texts_per_run is not None else "")
                 print(f"{clients:3d} clients  {name:38s} {level.requests_per_second:7.1f} requests/s  "
-                      f"p50 {level.p50_ms:7.1f} ms  p99 {level.p99_ms:7.1f} ms  failed {level.failed}", flush=True)
+                      f"p50 {level.p50_ms:7.1f} ms  p99 {level.p99_ms:7.1f} ms  failed {level.failed}{batching}",
+                      flush=True)
             print(f"{clients:3d} clients  throughput ratio {pair[0].requests_per_second / pair[1].requests_per_second:.2f}x, "
                   f"p99 ratio {pair[0].p99_ms / pair[1].p99_ms:.2f}  (load average {os.getloadavg()[0]:.1f})", flush=True)
             levels += pair

@@ -420,3 +420,51 @@ def test_a_model_is_named_after_its_run_or_as_given() -> None:
     assert served_name("runs/tagger/checkpoints/step-00000250/")[0] == "tagger"
     assert served_name("ner=runs/tagger/final") == ("ner", "runs/tagger/final")
     assert served_name("all-MiniLM-L6-v2") == ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
+
+
+# ---------------------------------------------------------------------------------------------
+# the batcher, in process
+
+
+def test_a_group_waits_for_the_clients_the_last_run_answered() -> None:
+    """Run 1 holds request a while b and c queue; a's client resends (d) as soon as it is answered. With
+    --max-wait-ms 0, b and c alone would run next (groups 1, 2, 1: the alternating groups); the batcher
+    lingers for the client the last run answered (3 requests were queued or running during it), so b, c
+    and d share one run."""
+    import threading
+
+    from bertforge.serving.batcher import Batcher
+    from bertforge.serving.metrics import server_metrics
+    from bertforge.serving.served import EMBEDDINGS, ServedModel
+
+    release = threading.Event()
+    groups: list[list[str]] = []
+
+    def run_texts(texts: list[str]) -> list[str]:
+        groups.append(list(texts))
+        if len(groups) == 1:  # the first run lasts until the test has queued b and c
+            release.wait(60)
+        return texts
+
+    async def scenario() -> None:
+        model = ServedModel("m", "m", "embedding", (EMBEDDINGS,), 4, {"vectors": run_texts})
+        batcher = Batcher(model, max_batch_tokens=10**6, max_wait=0.0, max_queue=16, metrics=server_metrics())
+        batcher.start()
+
+        async def closed_loop_client() -> None:
+            assert await batcher.submit(("vectors",), ["a"]) == ["a"]
+            assert await batcher.submit(("vectors",), ["d"]) == ["d"]  # at once, as a benchmark client does
+
+        first = asyncio.create_task(closed_loop_client())
+        while not groups:
+            await asyncio.sleep(0.01)
+        others = [asyncio.create_task(batcher.submit(("vectors",), [text])) for text in "bc"]
+        while batcher.pending < 3:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.4)  # the run's length sets how long the next group may linger (a quarter of it)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, *others), 60)
+        await batcher.stop()
+
+    asyncio.run(scenario())
+    assert groups == [["a"], ["b", "c", "d"]]

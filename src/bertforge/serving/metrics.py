@@ -17,6 +17,7 @@ class ServerMetrics:
     latency: Histogram  # seconds from the request's arrival to its response, by route
     batch_texts: Histogram  # inputs per engine run, by model
     batch_seconds: Histogram  # seconds of an engine run on the worker thread, by model
+    queue_seconds: Histogram  # seconds a request waited in its model's queue before its run began, by model
     queue_depth: Gauge  # requests queued or running, by model
 
 
@@ -32,5 +33,7 @@ def server_metrics() -> ServerMetrics:
                   buckets=BATCH_BUCKETS, registry=registry),
         Histogram("bertforge_batch_seconds", "Seconds of one model run on the worker thread", ["model"],
                   buckets=LATENCY_BUCKETS, registry=registry),
+        Histogram("bertforge_queue_seconds", "Seconds a request waited before the model run holding it began",
+                  ["model"], buckets=LATENCY_BUCKETS, registry=registry),
         Gauge("bertforge_queue_depth", "Requests queued or running", ["model"], registry=registry),
     )
