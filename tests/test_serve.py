@@ -171,8 +171,8 @@ def test_openai_client_embeddings_equal_bertforge_embed(server: Server, texts: l
     assert [model.id for model in client.models.list()] == [TAGGER, CLASSIFIER, EMBEDDER, "mlm"]
 
 
-def test_predict_and_rerank_give_bertforge_predicts_probabilities(server: Server, models: dict[str, Path],
-                                                                  texts: list[str]) -> None:
+def test_predict_gives_bertforge_predicts_probabilities(server: Server, models: dict[str, Path],
+                                                       texts: list[str]) -> None:
     loaded = load_model(models["classifier"])
     rows = prediction_rows(loaded, LabeledSplit.unlabeled("t", texts[:6])).rows
     answer = post(server, "/predict", {"inputs": texts[:6]})
@@ -185,11 +185,44 @@ def test_predict_and_rerank_give_bertforge_predicts_probabilities(server: Server
     pairs = prediction_rows(loaded, LabeledSplit.unlabeled("t", [texts[0]] * 5, texts[1:6])).rows
     mixed = post(server, "/predict", {"inputs": [[texts[0], texts[1]], texts[1]]}).json()
     assert mixed[0][0]["label"] == pairs[0]["label"] and mixed[1][0]["label"] == rows[1]["label"]
-    ranked = post(server, "/rerank", {"query": texts[0], "texts": texts[1:6], "return_text": True}).json()
+
+
+def test_rerank_is_served_only_for_a_model_fine_tuned_on_text_pairs(models: dict[str, Path], tmp_path: Path,
+                                                                   texts: list[str]) -> None:
+    """Two runs of the same classifier, one whose config set finetune.text_pair_column, one without, and the bare
+    model directory: only the pair model answers /rerank; the others' /rerank is a 404 saying why (in process)."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from bertforge.config import config_to_yaml, finetune_defaults, load_config
+    from bertforge.engine import EngineSettings
+    from bertforge.serving.app import ServeSettings, build_app
+    from bertforge.serving.served import load_all
+
+    for run, pair_column in (("pairs", ["finetune.text_pair_column=second"]), ("single", [])):
+        config = load_config(None, ["finetune.task_type=classification", *pair_column], base=finetune_defaults())
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+        shutil.copytree(models["classifier"], tmp_path / run / "final")
+    served = load_all([str(tmp_path / "pairs"), str(tmp_path / "single"), f"bare={models['classifier']}"],
+                      EngineSettings(label="serving"))
+    assert {model.name: model.routes for model in served} == {"pairs": ("/predict", "/rerank"),
+                                                              "single": ("/predict",), "bare": ("/predict",)}
+    loaded = load_model(tmp_path / "pairs")
+    pairs = prediction_rows(loaded, LabeledSplit.unlabeled("t", [texts[0]] * 5, texts[1:6])).rows
     expected = [row["probabilities"]["pos"] for row in pairs]  # the last label's probability
-    assert [entry["index"] for entry in ranked] == sorted(range(5), key=lambda i: -expected[i])
-    assert [entry["score"] for entry in ranked] == pytest.approx(sorted(expected, reverse=True), abs=1e-5)
-    assert all(entry["text"] == texts[1 + entry["index"]] for entry in ranked)
+    with TestClient(build_app(served, ServeSettings(16384, 0.0, 8, 256, 200_000, None))) as client:
+        body = {"query": texts[0], "texts": texts[1:6], "return_text": True}
+        ranked = client.post("/rerank", json=body).json()  # the one model that answers it
+        assert [entry["index"] for entry in ranked] == sorted(range(5), key=lambda i: -expected[i])
+        assert [entry["score"] for entry in ranked] == pytest.approx(sorted(expected, reverse=True), abs=1e-5)
+        assert all(entry["text"] == texts[1 + entry["index"]] for entry in ranked)
+        for model, why in (("single", "fine-tuned on single texts"), ("bare", "not in a bertforge run directory")):
+            refused = client.post("/rerank", json=body | {"model": model})
+            assert refused.status_code == 404, refused.text
+            message = refused.json()["error"]["message"]
+            assert why in message and "/predict" in message and "\n" not in message
 
 
 def test_tag_gives_entity_spans_with_character_offsets(server: Server, models: dict[str, Path],
@@ -238,6 +271,7 @@ def test_fill_mask_gives_the_commands_candidates(server: Server, models: dict[st
     ("/v1/embeddings", {"model": TAGGER, "input": "a"}, AUTH, 422, "token_classification model"),
     ("/v1/embeddings", {"model": EMBEDDER, "input": "a", "dimensions": 128}, AUTH, 422, "'dimensions' is 128"),
     ("/tag", {"inputs": "a", "model": CLASSIFIER}, AUTH, 422, "not /tag"),
+    ("/rerank", {"query": "a", "texts": ["b"]}, AUTH, 404, "nothing says it was fine-tuned on text pairs"),
     ("/predict", {"inputs": "a", "top_k": 3}, AUTH, 422, "'top_k' is not a field"),
     ("/fill-mask", {"inputs": ["no mask here"]}, AUTH, 422, "no [MASK] token"),
     ("/fill-mask", {"inputs": "the [MASK]", "top_k": 0}, AUTH, 422, "'top_k'"),
@@ -259,7 +293,7 @@ def test_health_needs_no_token_and_metrics_count_requests_and_batches(server: Se
     assert "/v1/embeddings" in httpx.get(server.url + "/openapi.json", timeout=30).json()["paths"]  # /docs' source
     health = httpx.get(server.url + "/health", timeout=30)
     assert health.status_code == 200 and health.json()["status"] == "ready"
-    assert {m["name"]: m["routes"] for m in health.json()["models"]}[CLASSIFIER] == ["/predict", "/rerank"]
+    assert {m["name"]: m["routes"] for m in health.json()["models"]}[CLASSIFIER] == ["/predict"]  # single texts
     assert httpx.get(server.url + "/metrics", timeout=30).status_code == 401
     assert post(server, "/predict", {"inputs": ["one", "two"]}).status_code == 200
     text = httpx.get(server.url + "/metrics", headers=AUTH, timeout=30).text

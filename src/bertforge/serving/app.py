@@ -3,7 +3,7 @@
 Shapes: `POST /v1/embeddings` and `GET /v1/models` are OpenAI's (the `openai` client works with `base_url`);
 `/predict` and `/rerank` follow text-embeddings-inference's; `/tag` and `/fill-mask` return what
 `bertforge predict` / `transformers`' pipelines give per text. A route exists when a served model's task kind
-serves it (`TaskKind.serve_routes`). FastAPI documents every request body at `/docs` (OpenAPI).
+serves it (`TaskKind.serve_routes`, and `pair_routes` for a model fine-tuned on text pairs). FastAPI documents every request body at `/docs` (OpenAPI).
 
 Errors are one JSON object, `{"error": {"message", "type", "param", "code"}}` as OpenAI's API writes them (its
 client shows the message): 401 without the bearer token, 404 for an unknown model, 413 over a per-request
@@ -132,6 +132,8 @@ def build_app(models: list[ServedModel], settings: ServeSettings, metrics: Serve
                                     metrics=metrics) for model in models}
     started = int(time.time())
     served_routes = {route for model in models for route in model.routes}
+    # a route a model withholds (a single-text classifier's /rerank) still exists, to answer 404 with the reason
+    offered_routes = served_routes | {route for model in models for route in model.withheld}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -144,7 +146,7 @@ def build_app(models: list[ServedModel], settings: ServeSettings, metrics: Serve
     app = FastAPI(title="bertforge serve", lifespan=lifespan,
                   description="bertforge models behind OpenAI's embeddings API and text-embeddings-inference's "
                               "shapes. Errors: {\"error\": {\"message\", \"type\", \"param\", \"code\"}}.")
-    known_paths = {"/health", "/metrics", "/v1/models", *served_routes}
+    known_paths = {"/health", "/metrics", "/v1/models", *offered_routes}
 
     @app.middleware("http")
     async def authorize_and_count(request: Request, call_next: Any) -> Response:
@@ -174,12 +176,17 @@ def build_app(models: list[ServedModel], settings: ServeSettings, metrics: Serve
         if requested is None:
             if len(answering) == 1:
                 return answering[0]
+            if not answering:  # only models that withhold the route
+                raise ApiError(404, " ".join(b.model.withheld[route] for b in batchers.values()
+                                             if route in b.model.withheld), "model")
             raise ApiError(422, f"several models answer {route} ({', '.join(b.model.name for b in answering)}); "
                                 "name one in the field 'model'", "model")
         if requested not in batchers:
             raise ApiError(404, f"model {requested!r} is not served here; GET /v1/models lists "
                                 f"{', '.join(batchers)}", "model", "model_not_found")
         batcher = batchers[requested]
+        if route in batcher.model.withheld:
+            raise ApiError(404, batcher.model.withheld[route], "model")
         if route not in batcher.model.routes:
             raise ApiError(422, f"model {requested!r} is a {batcher.model.kind} model: it answers "
                                 f"{', '.join(batcher.model.routes)}, not {route}", "model")
@@ -267,7 +274,7 @@ def build_app(models: list[ServedModel], settings: ServeSettings, metrics: Serve
                         answers[index] = _labels_of(row)
             return JSONResponse(answers[0] if isinstance(body.inputs, str) else answers)
 
-    if RERANK in served_routes:
+    if RERANK in offered_routes:
         @app.post(RERANK)
         async def rerank(body: RerankRequest) -> JSONResponse:
             """Each text scored as a pair with the query (a regression model's score, else the probability of the

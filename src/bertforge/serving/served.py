@@ -39,6 +39,8 @@ class ServedModel:
     routes: tuple[str, ...]
     hidden_size: int
     runners: dict[str, Callable[..., list[Any]]] = field(default_factory=dict)  # Work[0] -> its function
+    # routes its kind serves but this model does not, and why (a single-text classifier's /rerank): a 404 says it
+    withheld: dict[str, str] = field(default_factory=dict)
 
     def run(self, work: Work, inputs: list[Any]) -> list[Any]:
         """One result per input, in order (on the model's worker thread)."""
@@ -65,8 +67,15 @@ def load_served(reference: str, settings: EngineSettings) -> ServedModel:
     name, path = served_name(reference)
     loaded = load_model(path)
     kind = next((kind for kind in KINDS if kind.model_of(loaded) is not None), None)
+    withheld: dict[str, str] = {}
     if kind is not None:
         kind_name, routes = kind.name, kind.serve_routes
+        if kind.pair_routes:
+            why = _single_text_reason(name, loaded)
+            if why is None:
+                routes += kind.pair_routes
+            else:
+                withheld = dict.fromkeys(kind.pair_routes, why)
     elif isinstance(loaded.model, BertforgeForPreTraining):
         kind_name, routes = "fill-mask", FILL_MASK_ROUTES
     else:
@@ -75,7 +84,7 @@ def load_served(reference: str, settings: EngineSettings) -> ServedModel:
     if not routes:
         raise BertforgeError(f"{path} is a {kind_name} model: bertforge serve has no route for it; run it with "
                              f"`bertforge predict {path} --input FILE`")
-    served = ServedModel(name, reference, kind_name, routes, loaded.model.config.hidden_size)
+    served = ServedModel(name, reference, kind_name, routes, loaded.model.config.hidden_size, withheld=withheld)
     if EMBEDDINGS in routes:
         served.runners["vectors"] = _vectors_runner(loaded, settings)
     if {PREDICT, RERANK, TAG} & set(routes):
@@ -84,6 +93,19 @@ def load_served(reference: str, settings: EngineSettings) -> ServedModel:
     if FILL_MASK in routes:
         served.runners["masks"] = _masks_runner(loaded, settings)
     return served
+
+
+def _single_text_reason(name: str, loaded: Any) -> str | None:
+    """Why the model's pair routes (/rerank) are not served, or None when it was fine-tuned on text pairs: its run's
+    finetune.text_pair_column is what says so (a model directory outside a run carries no such record)."""
+    if loaded.run_settings is None:
+        return (f"model {name!r} is not in a bertforge run directory, so nothing says it was fine-tuned on text "
+                "pairs; /rerank scores (query, text) pairs with a model whose run set finetune.text_pair_column: "
+                "serve its run directory (or use /predict)")
+    if loaded.run_settings.text_pair_column is None:
+        return (f"model {name!r} was fine-tuned on single texts (its run sets no finetune.text_pair_column); "
+                "/rerank scores (query, text) pairs with a model fine-tuned on text pairs: use /predict")
+    return None
 
 
 def _vectors_runner(loaded: Any, settings: EngineSettings) -> Callable[[list[str]], list[tuple[np.ndarray, int]]]:

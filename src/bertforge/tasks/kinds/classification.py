@@ -81,7 +81,7 @@ def from_onnx(model: nn.Module, logits: torch.Tensor, batch: dict[str, Any]) -> 
 
 KIND = TaskKind(
     name="classification", task_types=("classification", "regression"), settings="classification",
-    serve_routes=("/predict", "/rerank"),  # /rerank: a model fine-tuned on text pairs scores (query, text)
+    serve_routes=("/predict",), pair_routes=("/rerank",),  # /rerank: a model fine-tuned on pairs scores (query, text)
     shared_keys=frozenset({"text_column", "text_pair_column", "label_column", "labels", "delimiter"}),
     model_class=BertforgeForSequenceClassification, task=task, read=load_labeled_data, collate=collate_unpadded,
     metric_names=metric_names, evaluate=evaluate, predict=predict, model_of=model_of, export=export, for_onnx=for_onnx,

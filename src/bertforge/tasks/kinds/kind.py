@@ -47,3 +47,5 @@ class TaskKind:
     # `--backend onnx`: what the model's forward returns, from its graph's output on an engine batch (the graph's
     # per-token outputs already unpadded to the batch's tokens) and the batch; None: the kind has no ONNX graph
     from_onnx: Callable[[nn.Module, torch.Tensor, dict[str, Any]], Any] | None
+    # the `bertforge serve` routes only a model fine-tuned on text pairs answers (its run set finetune.text_pair_column)
+    pair_routes: tuple[str, ...] = ()
