@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -434,7 +434,8 @@ def test_a_bad_model_a_taken_port_or_a_bad_limit_is_one_line_and_exit_2(models: 
 
     cases = {"no-such-run": ["serve", str(tmp_path / "no-such-run")],
              "--max-queue is 0": ["serve", str(models["classifier"]), "--max-queue", "0"],
-             "two models are named 'classifier'": ["serve", str(models["classifier"]), str(models["classifier"])]}
+             "two models are named 'classifier'": ["serve", str(models["classifier"]), str(models["classifier"])],
+             "--backend onnx cannot run mlm": ["serve", f"mlm={models['mlm']}", "--backend", "onnx"]}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -502,3 +503,20 @@ def test_a_group_waits_for_the_clients_the_last_run_answered() -> None:
 
     asyncio.run(scenario())
     assert groups == [["a"], ["b", "c", "d"]]
+
+
+def test_the_onnx_backend_serves_torchs_vectors(models: dict[str, Path], texts: list[str]) -> None:
+    """`--backend onnx` (bertforge.backends, as `embed` uses it): a tiny embedding model's served vectors equal the
+    torch backend's within 1e-4 (in process; /predict and /tag go through the kind's `predict`, whose onnx
+    backend test_backends checks)."""
+    from bertforge.engine import EngineSettings
+    from bertforge.models.embedding import BertforgeForEmbedding
+    from bertforge.serving.served import load_served
+
+    torch.manual_seed(0)
+    embedder = save_bertforge_model(BertforgeForEmbedding(replace(tiny_config(), pooling="mean"), normalize=True).eval(),
+                                    models["classifier"].parent / "embedder", minilm_dir())
+    torch_vectors, onnx_vectors = (load_served(str(embedder), EngineSettings(label="serving", backend=backend))
+                                   .run(("vectors",), texts) for backend in ("torch", "onnx"))
+    assert np.abs(np.stack([v for v, _ in onnx_vectors]) - np.stack([v for v, _ in torch_vectors])).max() <= 1e-4
+    assert [tokens for _, tokens in onnx_vectors] == [tokens for _, tokens in torch_vectors]

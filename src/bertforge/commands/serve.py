@@ -16,7 +16,7 @@ DEFAULT_MAX_CHARS = 200_000  # characters per request, all texts together (413 b
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from bertforge.commands.predict import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
+    from bertforge.commands.predict import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 
     parser = add_command(
         subparsers, "serve", help="serve models over HTTP (OpenAI embeddings, predict, tag, fill-mask, rerank)",
@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "regressors, /tag for token classifiers, /fill-mask for pre-trained models; GET /v1/models, "
                     "/health, /metrics (Prometheus) and /docs (OpenAPI). Concurrent requests to a model are "
                     "gathered for up to --max-wait-ms into one run of the inference engine (length-sorted "
-                    "token-budget batches). The address is printed on stdout once the models are loaded. SIGTERM "
+                    "token-budget batches), and wait longer, up to a quarter of a model run, while fewer requests "
+                    "have come than the last run saw (clients that resend as soon as they are answered then share "
+                    "runs). The address is printed on stdout once the models are loaded. SIGTERM "
                     "stops accepting connections, answers the requests in flight, then exits 0.",
         example="""
         bertforge serve runs/supersense-tagging-minilm runs/supersense-minilm runs/wordnet-embedding-minilm --port 8080
@@ -44,6 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"{DEFAULT_MAX_BATCH_TOKENS})")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                         help=f"texts per forward pass at most (default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
+                        help="what runs the models, as in `bertforge predict`: torch (the default), onnx (ONNX Runtime "
+                             "on the model's ONNX export, made once and cached under ~/.cache/bertforge/onnx, before "
+                             "the server starts) or onnx-int8 (int8 linear layers: faster, slightly less accurate); "
+                             "a pre-trained model (/fill-mask) runs on torch only")
     parser.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
                         help=f"how long a batch waits for more requests to join it (default {DEFAULT_MAX_WAIT_MS:g})")
     parser.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
@@ -67,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     settings = ServeSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_texts_per_request,
                              args.max_chars_per_request, args.api_key or os.environ.get(API_KEY_VARIABLE) or None)
-    engine_settings = EngineSettings(max_batch_tokens=args.max_batch_tokens, batch_size=args.batch_size, label="serving")
+    engine_settings = EngineSettings(max_batch_tokens=args.max_batch_tokens, batch_size=args.batch_size, label="serving",
+                                     backend=args.backend)
     quiet_transformers()
     hide_progress()
     models = load_all(args.models, engine_settings)

@@ -90,7 +90,12 @@ def load_served(reference: str, settings: EngineSettings) -> ServedModel:
     if {PREDICT, RERANK, TAG} & set(routes):
         assert kind is not None
         served.runners["rows"] = _rows_runner(loaded, kind.predict, name, settings)
+        if settings.backend != "torch":  # the ONNX export (tens of seconds, then cached) before the first request
+            served.run(("rows", False), ["a"])
     if FILL_MASK in routes:
+        if settings.backend != "torch":  # fill_masks runs the pre-training head in PyTorch only
+            raise BertforgeError(f"--backend {settings.backend} cannot run {name} ({path}), a pre-trained model "
+                                 "for /fill-mask (no ONNX graph for its head); serve it with --backend torch")
         served.runners["masks"] = _masks_runner(loaded, settings)
     return served
 
@@ -111,6 +116,7 @@ def _single_text_reason(name: str, loaded: Any) -> str | None:
 def _vectors_runner(loaded: Any, settings: EngineSettings) -> Callable[[list[str]], list[tuple[np.ndarray, int]]]:
     """Texts -> (vector, tokens) each: `bertforge embed`'s engine run, token counts kept for OpenAI's usage."""
     from bertforge import engine
+    from bertforge.backends import backend_for
     from bertforge.embed import embedder_of
 
     embedder = embedder_of(loaded)  # its pooling, Normalize and max_seq_length, as `bertforge embed` reads them
@@ -120,7 +126,7 @@ def _vectors_runner(loaded: Any, settings: EngineSettings) -> Callable[[list[str
                 for row, example in zip(engine.rows_of(outputs, examples), examples, strict=True)]
 
     workload = engine.text_workload(embedder.tokenizer, embedder.max_length, with_tokens)
-    backend = engine.torch_backend(embedder.model)
+    backend = backend_for(settings.backend, embedder.model, embedder.tokenizer, embedder.max_length)  # as `embed`
     return lambda texts: engine.run(texts, workload, backend, settings).results
 
 
