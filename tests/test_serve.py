@@ -520,3 +520,29 @@ def test_the_onnx_backend_serves_torchs_vectors(models: dict[str, Path], texts: 
                                    .run(("vectors",), texts) for backend in ("torch", "onnx"))
     assert np.abs(np.stack([v for v, _ in onnx_vectors]) - np.stack([v for v, _ in torch_vectors])).max() <= 1e-4
     assert [tokens for _, tokens in onnx_vectors] == [tokens for _, tokens in torch_vectors]
+
+
+def test_hide_progress_keeps_the_engines_bar_out_of_the_servers_log(models: dict[str, Path], texts: list[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bertforge serve` runs the engine once per group of requests; `console.hide_progress()` (called by serve)
+    keeps those runs' progress bars off stderr, which a terminal-like console otherwise shows."""
+    import io
+
+    from rich.console import Console
+
+    from bertforge import console, engine
+    from bertforge.serving.served import load_served
+
+    served = load_served(str(models["classifier"]), engine.EngineSettings(label="serving requests"))
+    monkeypatch.setattr(console, "_verbosity", console.NORMAL)
+    monkeypatch.setattr(console, "_progress_hidden", False)  # restored after the test: the flag is process-wide
+    shown: list[str] = []
+    for hidden in (False, True):
+        if hidden:
+            console.hide_progress()
+        terminal = Console(file=io.StringIO(), force_terminal=True, width=100)
+        monkeypatch.setattr(engine, "console", terminal)
+        served.run(("rows", False), texts[:4])
+        shown.append(terminal.file.getvalue())  # type: ignore[attr-defined]
+    assert "serving requests" in shown[0]
+    assert shown[1] == "" and not console.progress_enabled()
