@@ -432,7 +432,13 @@ def test_a_bad_model_a_taken_port_or_a_bad_limit_is_one_line_and_exit_2(models: 
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     import socket
 
+    from bertforge.tasks.multiple_choice import BertforgeForMultipleChoice
+
+    choice = save_bertforge_model(BertforgeForMultipleChoice(tiny_config()).eval(), tmp_path / "quiz", minilm_dir())
     cases = {"no-such-run": ["serve", str(tmp_path / "no-such-run")],
+             "quiz (": ["serve", str(models["classifier"]), str(choice)],  # named, with the routes there are
+             "multiple_choice model, which bertforge serve has no route for": ["serve", str(choice)],
+             "/tag for token_classification; /v1/embeddings for embedding": ["serve", str(choice)],
              "--max-queue is 0": ["serve", str(models["classifier"]), "--max-queue", "0"],
              "two models are named 'classifier'": ["serve", str(models["classifier"]), str(models["classifier"])],
              "--backend onnx cannot run mlm": ["serve", f"mlm={models['mlm']}", "--backend", "onnx"]}

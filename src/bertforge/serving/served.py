@@ -81,9 +81,13 @@ def load_served(reference: str, settings: EngineSettings) -> ServedModel:
     else:
         raise BertforgeError(f"{path} is a {type(loaded.model).__name__} without a task head; serve a fine-tuned run "
                              "(classification, token classification, embedding) or a pre-trained one (fill-mask)")
-    if not routes:
-        raise BertforgeError(f"{path} is a {kind_name} model: bertforge serve has no route for it; run it with "
-                             f"`bertforge predict {path} --input FILE`")
+    if not routes:  # its inputs (a multiple-choice question and its candidates) fit none of the routes
+        served_kinds = "; ".join(f"{', '.join(k.serve_routes)} for {k.name}" + (
+            f" (and {', '.join(k.pair_routes)} when fine-tuned on text pairs)" if k.pair_routes else "")
+            for k in KINDS if k.serve_routes)
+        raise BertforgeError(f"{name} ({path}) is a {kind_name} model, which bertforge serve has no route for (it "
+                             f"serves {served_kinds}; {', '.join(FILL_MASK_ROUTES)} for a pre-trained model); run it "
+                             f"with `bertforge predict {path} --input FILE`")
     served = ServedModel(name, reference, kind_name, routes, loaded.model.config.hidden_size, withheld=withheld)
     if EMBEDDINGS in routes:
         served.runners["vectors"] = _vectors_runner(loaded, settings)

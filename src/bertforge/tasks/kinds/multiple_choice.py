@@ -82,7 +82,7 @@ def for_onnx(model: nn.Module) -> tuple[nn.Module, str | None]:
 
 KIND = TaskKind(
     name="multiple_choice", task_types=("multiple_choice",), settings="multiple_choice",
-    serve_routes=(),  # its inputs (a context and its candidates) have no route yet
+    serve_routes=(),  # its inputs (a context and its candidates) have no route: bertforge serve refuses it
     shared_keys=frozenset({"text_column", "label_column", "delimiter"}), model_class=BertforgeForMultipleChoice,
     task=task, read=load_choice_data, collate=collate_choices, metric_names=metric_names, evaluate=evaluate,
     predict=predict, model_of=model_of, export=classification.export, for_onnx=for_onnx,
