@@ -72,7 +72,8 @@ MULTILINGUAL_TASK = {"~/.cache/bertforge/tasks/manpages-multilingual": "multilin
 MULTILINGUAL_TRAIN = "~/.cache/bertforge/tasks/manpages-multilingual/train.jsonl --text-field text"
 
 RUNS: dict[str, Run] = {
-    # quickstart: every stage at its smallest (the full plan: tests/test_quickstart.py)
+    # quickstart: every stage at its smallest (a plan that learns: tests/test_quickstart.py; the guide's short plan over
+    # seeds: benchmarks/quickstart_plan.py)
     "quickstart": Run(shrink=QUICKSTART),
     "data samples": Run(),
     # tokenizer and data
