@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import numpy as np
 import pytest
@@ -182,3 +183,23 @@ def test_the_word_cache_gives_exactly_the_ids_of_encoding_whole_documents(bundle
                                       **options)
     assert np.array_equal(with_control.tokens, tokenize_documents(["split\x1cjoined by a control char. Next."],
                                                                   tokenizer, **options).tokens)
+
+
+def test_the_word_cache_takes_a_sequence_normalizer_that_deletes_characters_within_words(
+        bundled_documents: list[str]) -> None:
+    from tokenizers import Regex, normalizers
+
+    arabic = ["قال الرجلُ: مرحـــبا بكم. تعذّر الوصول ـ إلى الموقع!", "سأل عن الكتابِ. ثم ذهب إلى البيت."]
+    tokenizer = train_wordpiece(bundled_documents[:20] + arabic * 10, vocab_size=1500, lowercase=False,
+                                normalize=("arabic-diacritics", "tatweel"))
+    assert json.loads(tokenizer.to_str())["normalizer"]["type"] == "Sequence"  # the removal, then BERT's
+    assert word_cache_applies(tokenizer)
+    documents = arabic + bundled_documents[:5]
+    options = {"sep_id": tokenizer.token_to_id("[SEP]"), "drop_ids": [], "dtype": np.dtype(np.uint16)}
+    plain = tokenize_documents(documents, tokenizer, **options)
+    cached = tokenize_documents(documents, tokenizer, word_cache=WordCache(tokenizer), **options)
+    assert np.array_equal(cached.tokens, plain.tokens)
+    assert np.array_equal(cached.sentence_lengths, plain.sentence_lengths)
+    # a deletion that can join words (a space in its class) keeps the plain path
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Replace(Regex("[ ـ]"), ""), normalizers.BertNormalizer()])
+    assert not word_cache_applies(tokenizer)
