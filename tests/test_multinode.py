@@ -19,8 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from helpers import HANG_TIMEOUT
-from helpers.tiny_pretraining import ROOT, train_losses, write_config
+from helpers.tiny_pretraining import ROOT, train, train_losses, write_config
 from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -80,13 +79,9 @@ def two_node_run(prepared_corpus: Path, tmp_path_factory: pytest.TempPathFactory
 
 def test_two_nodes_give_one_process_losses_with_the_same_global_batch(two_node_run: Path, prepared_corpus: Path,
                                                                        tmp_path: Path) -> None:
-    """One process accumulates 2 micro-batches of 8 per step; two nodes take one each (dropout off)."""
-    single = tmp_path / "single"
-    done = subprocess.run([sys.executable, "-m", "bertforge.cli", "-q", "pretrain",
-                           str(write_config(prepared_corpus, single, *SETTINGS))],
-                          cwd=ROOT, env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=HANG_TIMEOUT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    """One process accumulates 2 micro-batches of 8 per step; two nodes take one each (dropout off). The one
+    process is this one (the same config through the trainer): the nodes are what needs processes of their own."""
+    single = train(prepared_corpus, tmp_path / "single", *SETTINGS)
     assert len(train_losses(two_node_run)) == 6
     assert (two_node_run / "checkpoints" / "step-00000006" / "rng-rank1.safetensors").is_file()  # two ranks ran
     # measured: bitwise equal here; the tolerance leaves room for another summation order of the two
