@@ -1,5 +1,6 @@
 """Start-up of `predict`/`embed`: loading a model imports neither torch._dynamo nor a `transformers` modeling module,
-and reading a Hugging Face directory without its `transformers` class gives the weights `from_pretrained` gives.
+`predict` on a bertforge model directory does not import `transformers` at all (yet a later import of it is quieted
+as the CLI asks), and reading a Hugging Face directory without its `transformers` class gives the weights `from_pretrained` gives.
 
 Checked by what a fresh interpreter has imported (`sys.modules`), not by time.
 """
@@ -14,9 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from helpers.models import minilm_sized_config
 from safetensors.torch import load_file, save_file
 
-from bertforge.models import attention, disentangled_attention
+from bertforge.models import (
+    BertforgeForSequenceClassification,
+    attention,
+    disentangled_attention,
+    save_bertforge_model,
+)
 from bertforge.models.compile_boundaries import apply_compile_boundaries
 from bertforge.models.hf import from_hf, load_hf_checkpoint
 
@@ -50,6 +57,28 @@ def test_loading_minilm_for_inference_imports_no_dynamo_and_no_modeling_module(m
         " or ('.modeling_' in name and name.startswith('transformers.models.') and '.auto.' not in name))))\n")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_predict_on_a_bertforge_model_imports_no_transformers_and_quiets_it_once_imported(tmp_path: Path,
+                                                                                         minilm_dir: Path) -> None:
+    torch.manual_seed(0)
+    model = BertforgeForSequenceClassification(minilm_sized_config(), 2, "classification", ["no", "yes"])
+    directory = save_bertforge_model(model.eval(), tmp_path / "model", minilm_dir)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a first text\nand a second one\n", encoding="utf-8")
+    probe = (
+        "import json, sys\n"
+        "from bertforge.cli import main\n"
+        f"code = main(['predict', {str(directory)!r}, '--input', {str(texts)!r}, '--out', "
+        f"{str(tmp_path / 'out.jsonl')!r}, '-q'])\n"
+        "imported = sorted(name for name in sys.modules if name == 'transformers' or name.startswith('torch._dynamo'))\n"
+        "from transformers.utils import logging\n"
+        "print(json.dumps([code, imported, logging.get_verbosity(), logging.is_progress_bar_enabled()]))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    code, imported, verbosity, progress_bars = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (code, imported) == (0, [])
+    assert (verbosity, progress_bars) == (transformers.logging.ERROR, False)  # quiet_transformers, applied late
+    assert len((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()) == 2
 
 
 @pytest.mark.parametrize("head", HEADS)

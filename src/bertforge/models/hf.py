@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import transformers
 from safetensors.torch import load_file
 from torch import nn
 
@@ -48,6 +47,9 @@ from bertforge.models.serialization import (
 from bertforge.models.token_classification import BertforgeForTokenClassification
 from bertforge.size_limits import check_model_fits
 from bertforge.special_tokens import special_token_ids
+
+if TYPE_CHECKING:
+    import transformers
 
 BertforgeAny = (BertforgeModel | BertforgeForPreTraining | BertforgeForSequenceClassification
                 | BertforgeForTokenClassification | BertforgeForEmbedding)
@@ -292,6 +294,8 @@ def check_hf_checkpoint(directory: str | Path, hf_class: str) -> transformers.Pr
         least = 0 if key == "type_vocab_size" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BertforgeError(f"{config_path}: `{key}` is {value!r}; give a whole number of at least {least}")
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
+
     # the family's config class, not `getattr(transformers, hf_class).config_class`: that imports the modeling module
     config_class = transformers.CONFIG_MAPPING[family_of_class(hf_class).model_type]
     hf_config = config_class.from_pretrained(str(directory), local_files_only=True)
@@ -335,6 +339,8 @@ def load_hf_checkpoint(directory: str | Path, task: str = "auto", *, num_labels:
                                     problem_type=problem_type, label_names=label_names, nsp=nsp)
     if model is not None:
         return model
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
+
     try:
         hf_model, loading = getattr(transformers, hf_class).from_pretrained(
             str(directory), local_files_only=True, output_loading_info=True, use_safetensors=True)
@@ -396,6 +402,8 @@ def to_hf_model(model: BertforgeAny, special_tokens: dict[str, int] | None = Non
     hf_class, reason = hf_class_name(model)
     if hf_class is None:
         raise BertforgeError(f"no stock transformers class for this model: {reason}")
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
+
     hf_config = hf_config_for(model, hf_class, special_tokens or {})
     family = family_of_class(hf_class)
     pooler = model.encoder_model() is model and model.pooler_module() is not None

@@ -7,9 +7,7 @@ on [CLS] that the sequence classifier always uses and a bare `BertModel` may lac
 
 from __future__ import annotations
 
-from typing import Any
-
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -23,6 +21,9 @@ from bertforge.models.families.family import (
     layered_keys,
     load_with_optional_pooler,
 )
+
+if TYPE_CHECKING:
+    import transformers
 
 ENCODER: tuple[KeyPair, ...] = (
     ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
@@ -122,6 +123,7 @@ def bert_config_values(config: EncoderConfig, common: dict[str, object]) -> dict
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
     return transformers.BertConfig(type_vocab_size=config.type_vocab_size,
                                    classifier_dropout=config.classifier_dropout, **bert_config_values(config, common))
 

@@ -22,9 +22,7 @@ position and position-to-content scores from one relative-distance table for the
 
 from __future__ import annotations
 
-from typing import Any
-
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import DisentangledAttention, EncoderConfig
@@ -42,6 +40,9 @@ EMBEDDINGS: tuple[KeyPair, ...] = (
     ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
     ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
 )
+
+if TYPE_CHECKING:
+    import transformers
 POSITIONS: tuple[KeyPair, ...] = (("embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),)
 TOKEN_TYPES: tuple[KeyPair, ...] = (
     ("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),)
@@ -163,6 +164,7 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
     relative = config.disentangled_attention
     assert relative is not None
     return transformers.DebertaV2Config(

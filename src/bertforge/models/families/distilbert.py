@@ -9,9 +9,7 @@ own dropout (`seq_classif_dropout`, bertforge's `classifier_dropout`). Sinusoida
 
 from __future__ import annotations
 
-from typing import Any
-
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -23,6 +21,9 @@ from bertforge.models.families.family import (
     common_unfit_reason,
     fill,
 )
+
+if TYPE_CHECKING:
+    import transformers
 
 NORM_EPS = 1e-12  # modeling_distilbert.py builds every LayerNorm with it
 
@@ -100,6 +101,7 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
     return transformers.DistilBertConfig(
         vocab_size=config.vocab_size, dim=config.hidden_size, n_layers=config.num_layers, n_heads=config.num_heads,
         hidden_dim=config.intermediate_size, activation=OUR_TO_HF_ACTIVATION[config.activation],

@@ -16,9 +16,7 @@ as the encoder, no projection) exports as ELECTRA too, not as the BERT it equals
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -26,6 +24,9 @@ from bertforge.models.families.bert import bert_config_values
 from bertforge.models.families.bert import config_from_hf as bert_config_from_hf
 from bertforge.models.families.bert import encoder_keys as bert_encoder_keys
 from bertforge.models.families.family import BASE_SUFFIX, KeyPair, ModelFamily, common_unfit_reason, fill
+
+if TYPE_CHECKING:
+    import transformers
 
 SUMMARY = ("first", True, "gelu")  # ElectraSequenceSummary's defaults: what gelu_pooler computes
 PROJECTION: tuple[KeyPair, ...] = (("embeddings.project.{kind}", "embeddings_project.{kind}"),)
@@ -95,6 +96,7 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
     return transformers.ElectraConfig(
         embedding_size=config.embedding_width, type_vocab_size=config.type_vocab_size,
         classifier_dropout=config.classifier_dropout,

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import transformers
 from torch import nn
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
+
+if TYPE_CHECKING:
+    import transformers
 
 KeyPair = tuple[str, str | tuple[str, str, str]]
 

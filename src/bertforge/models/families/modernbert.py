@@ -9,9 +9,7 @@ dense + norm head.
 
 from __future__ import annotations
 
-from typing import Any
-
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -23,6 +21,9 @@ from bertforge.models.families.family import (
     common_unfit_reason,
     fill,
 )
+
+if TYPE_CHECKING:
+    import transformers
 
 ENCODER: tuple[KeyPair, ...] = (
     ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight"),
@@ -121,6 +122,7 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
     activation = OUR_TO_HF_ACTIVATION[config.activation]
     layer_types = ["full_attention" if config.is_global_layer(i) else "sliding_attention"
                    for i in range(config.num_layers)]

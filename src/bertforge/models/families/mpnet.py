@@ -16,9 +16,7 @@ block-diagonal mask folded into the bias, or eager per sequence (`bertforge doct
 
 from __future__ import annotations
 
-from typing import Any
-
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -33,6 +31,9 @@ from bertforge.models.families.family import (
     load_with_optional_pooler,
 )
 from bertforge.models.families.roberta import MLM_HEAD, SEQUENCE_HEAD, TOKEN_HEAD
+
+if TYPE_CHECKING:
+    import transformers
 
 PADDING_IDX = 1  # modeling_mpnet.py's MPNetEmbeddings hard-codes it
 BUCKETS = 32  # MPNetEncoder.compute_position_bias's fixed num_buckets
@@ -109,6 +110,7 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
                  special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
     return transformers.MPNetConfig(
         relative_attention_num_buckets=BUCKETS, bos_token_id=special_tokens.get("cls"),
         eos_token_id=special_tokens.get("sep"), **bert_config_values(config, common))

@@ -13,9 +13,7 @@ under other names, with no pooler in the encoder. The three model types are thre
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import transformers
+from typing import TYPE_CHECKING, Any
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
@@ -29,6 +27,9 @@ from bertforge.models.families.family import (
     common_unfit_reason,
     load_with_optional_pooler,
 )
+
+if TYPE_CHECKING:
+    import transformers
 
 MLM_HEAD: tuple[KeyPair, ...] = (
     ("mlm_head.transform.dense.weight", "lm_head.dense.weight"),
@@ -86,6 +87,7 @@ def _family(model_type: str, prefix: str) -> ModelFamily:
 
     def config_to_hf(config: EncoderConfig, common: dict[str, object],
                      special_tokens: dict[str, int]) -> transformers.PretrainedConfig:
+        import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
         # HF numbers positions from its pad id: it must be the one the encoder was trained with
         values = common | {"pad_token_id": config.position_offset - 1}
         # the config class looked up when an export needs it: `transformers.RobertaConfig` read at import cost
