@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.cli import error_line
 from helpers.finetuning import run_cli
 
+from bertforge.cli import main
 from bertforge.config import config_to_yaml, load_config
 from bertforge.errors import ConfigError
 
@@ -27,11 +29,20 @@ def test_a_learning_rate_that_is_not_finite_is_refused_before_training(value: st
         load_config(None, [f"optim.lr={value}"])
 
 
-def train(run_dir: Path, task: str, *overrides: str, env: dict[str, str] | None = None):
+def train_arguments(run_dir: Path, task: str, *overrides: str) -> list[str]:
     config = run_dir.parent / f"{run_dir.name}.yaml"
     config.write_text(config_to_yaml(load_config(None, [*BASE, f"run.output_dir={run_dir.parent}",
                                                         f"run.name={run_dir.name}", *overrides])), encoding="utf-8")
-    return run_cli("train", "--task", f"{TASKS}:{task}", str(config), env=env)
+    return ["train", "--task", f"{TASKS}:{task}", str(config)]
+
+
+def train(run_dir: Path, task: str, *overrides: str, env: dict[str, str] | None = None):
+    """The run as its own process: its exit code, and its stderr whole (one error line, no traceback)."""
+    return run_cli(*train_arguments(run_dir, task, *overrides), env=env)
+
+
+# The first case runs as a process, for the exit code and the stderr a user sees; the others check which
+# runs end as diverged and what their line says, the same code run by `bertforge.cli.main` in this process.
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -48,26 +59,24 @@ def test_a_run_that_skips_more_steps_than_allowed_stops_as_diverged(tmp_path: Pa
     assert "Traceback" not in result.stderr
 
 
-def test_a_run_that_ends_with_non_finite_weights_writes_no_final_model(tmp_path: Path) -> None:
+def test_a_run_that_ends_with_non_finite_weights_writes_no_final_model(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Without clipping nothing notices NaN gradients during the run; its end refuses the weights."""
-    result = train(tmp_path / "run", "NaNGradients", "train.max_steps=4", "optim.clip_grad_norm=null")
-    assert result.returncode == 2, result.stderr
-    [error] = error_lines(result.stderr)
+    error = error_line(capsys, *train_arguments(tmp_path / "run", "NaNGradients", "train.max_steps=4",
+                                                "optim.clip_grad_norm=null"))
     assert "diverged" in error and "no final/" in error
     assert not (tmp_path / "run" / "final").exists()
     assert (tmp_path / "run" / "checkpoints" / "latest").is_file()  # kept, to inspect
 
 
-def test_a_run_that_skipped_most_of_its_steps_writes_no_final_model(tmp_path: Path) -> None:
+def test_a_run_that_skipped_most_of_its_steps_writes_no_final_model(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """4 of 4 steps skipped (NaN gradients caught by clipping) is under the count cap, not a success."""
-    result = train(tmp_path / "run", "NaNGradients", "train.max_steps=4")
-    assert result.returncode == 2, result.stderr
-    [error] = error_lines(result.stderr)
+    error = error_line(capsys, *train_arguments(tmp_path / "run", "NaNGradients", "train.max_steps=4"))
     assert "4 of its 4 steps were skipped" in error
     assert not (tmp_path / "run" / "final").exists()
 
 
 def test_a_healthy_run_is_untouched_by_the_divergence_checks(tmp_path: Path) -> None:
-    result = train(tmp_path / "run", "SmallWithDropout", "optim.lr=3e-2", "train.max_steps=4")
-    assert result.returncode == 0, result.stderr
+    assert main(train_arguments(tmp_path / "run", "SmallWithDropout", "optim.lr=3e-2", "train.max_steps=4")) == 0
     assert (tmp_path / "run" / "final").is_dir()
