@@ -22,8 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "serve", help="serve models over HTTP (OpenAI embeddings, predict, tag, fill-mask, rerank)",
         description="Load each MODEL (a run directory, its final/, a checkpoint, all-MiniLM-L6-v2 or any model "
                     "directory; NAME=MODEL names it) and answer HTTP requests until SIGTERM or Ctrl-C: POST "
-                    "/v1/embeddings (OpenAI's API) for embedding models, /predict and /rerank for classifiers and "
-                    "regressors, /tag for token classifiers, /fill-mask for pre-trained models; GET /v1/models, "
+                    "/v1/embeddings (OpenAI's API) for embedding models, /predict for classifiers and regressors "
+                    "(and /rerank for those fine-tuned on text pairs: their run set finetune.text_pair_column), "
+                    "/tag for token classifiers, /fill-mask for pre-trained models (a multiple-choice model is "
+                    "refused: run it with `bertforge predict`); GET /v1/models, "
                     "/health, /metrics (Prometheus) and /docs (OpenAPI). Concurrent requests to a model are "
                     "gathered for up to --max-wait-ms into one run of the inference engine (length-sorted "
                     "token-budget batches), and wait longer, up to a quarter of a model run, while fewer requests "
@@ -52,7 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "the server starts) or onnx-int8 (int8 linear layers: faster, slightly less accurate); "
                              "a pre-trained model (/fill-mask) runs on torch only")
     parser.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
-                        help=f"how long a batch waits for more requests to join it (default {DEFAULT_MAX_WAIT_MS:g})")
+                        help=f"how long a batch waits for more requests to join it (default {DEFAULT_MAX_WAIT_MS:g}); "
+                             "while it holds fewer requests than the last model run saw, up to a quarter of a run "
+                             "if that is longer")
     parser.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                         help=f"requests waiting or running per model; more get 429 with Retry-After (default "
                              f"{DEFAULT_MAX_QUEUE})")
