@@ -124,13 +124,13 @@ def test_masking_never_masks_s_or_pad_and_fills_in_the_tokenizers_mask(prepared:
 
 @pytest.fixture(scope="module")
 def pretrained_roberta(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny RoBERTa shape pre-trained from scratch on the module's prepared data: with the byte-level BPE as
+    RoBERTa, with the Unigram as XLM-R (a SentencePiece vocabulary, `▁` word starts, the same special ids)."""
     from bertforge.config import load_config
     from bertforge.tasks.pretrain import PretrainTask
     from bertforge.train.trainer import Trainer
 
-    if prepared.name != "bpe":
-        pytest.skip("the RoBERTa shape is pre-trained with the byte-level BPE tokenizer")
-    run_dir = tmp_path_factory.mktemp("runs") / "roberta"
+    run_dir = tmp_path_factory.mktemp("runs") / f"roberta-{prepared.name}"
     config = load_config(None, [*TINY_ROBERTA, *QUIET, f"data.path={prepared}", "data.seq_len=64",
                                 f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", "train.max_steps=6",
                                 "train.micro_batch_size=16", "train.global_batch_size=16", "optim.lr=3e-3",
@@ -139,7 +139,7 @@ def pretrained_roberta(prepared: Path, tmp_path_factory: pytest.TempPathFactory)
     return run_dir
 
 
-@pytest.mark.parametrize("trained", ["bpe"], indirect=True)
+@pytest.mark.parametrize("trained", MODELS, indirect=True)
 def test_a_roberta_pretrained_from_scratch_loads_in_automodelformaskedlm_and_the_fill_mask_pipeline(
         pretrained_roberta: Path) -> None:
     from bertforge.inference import fill_mask, load_model
@@ -168,7 +168,7 @@ def test_a_roberta_pretrained_from_scratch_loads_in_automodelformaskedlm_and_the
     assert [p.token for p in mine] == [p["token"] for p in pipeline]
 
 
-@pytest.mark.parametrize("trained", ["bpe"], indirect=True)
+@pytest.mark.parametrize("trained", MODELS, indirect=True)
 def test_fill_mask_cli_takes_mask_and_the_bert_spelling(pretrained_roberta: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     for spelling in ("<mask>", "[MASK]"):
