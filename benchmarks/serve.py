@@ -1,17 +1,19 @@
 """Serving embeddings over HTTP: `bertforge serve` against a FastAPI wrapper around `SentenceTransformer.encode`.
 
-Both servers hold all-MiniLM-L6-v2 and answer OpenAI's `POST /v1/embeddings`; each runs as its own process on
+bertforge serve runs twice, as by default and with `--linger 0.25` (batches wait for the clients the last
+run answered: bertforge.serving.batcher), to show whether merging the alternating groups pays here. The servers
+hold all-MiniLM-L6-v2 and answer OpenAI's `POST /v1/embeddings`; each runs as its own process on
 127.0.0.1, with torch's default threads. The wrapper is written the way FastAPI's and sentence-transformers' docs
 suggest: one model loaded at start-up, a plain `def` endpoint (FastAPI runs it on its thread pool) that calls
 `model.encode(texts)` for each request; no batching across requests. For each of `--concurrency` (1, 8, 32
-clients) the two servers are measured back to back (the ratio is taken within one run, minutes apart at most):
+clients) the three servers are measured back to back (the ratio is taken within one run, minutes apart at most):
 every client sends one real gloss per request (bundled supersense glosses, ~18 tokens) back to back for
 `--seconds`, after a warm-up, over keep-alive connections (httpx, asyncio, in this process). Reported:
-requests/s (= texts/s), p50 and p99 latency, the largest difference between the two servers' vectors, and,
+requests/s (= texts/s), p50 and p99 latency, the largest difference between bertforge's and the wrapper's vectors, and,
 from bertforge's /metrics, what its batcher did at each level: texts per model run, mean queue wait, mean run.
 The load generator shares the machine's cores with the server it measures, equally for both. Last, for what
 batching across requests can approach, the batch engine in this process (`embed_run`, the engine
-`bertforge embed` runs) on the same glosses, with the servers idle.
+`bertforge embed` runs) on the same glosses, with the servers idle. The wrapper's figures are those of its level in the same run.
 
     .venv/bin/python -m benchmarks.serve
     .venv/bin/python -m benchmarks.serve --concurrency 1 8 32 --seconds 20 --out benchmarks/results/serve.json
@@ -44,6 +46,8 @@ from pydantic import BaseModel
 from bertforge.serving.server import KEEP_ALIVE_SECONDS
 
 MODEL = "all-MiniLM-L6-v2"
+WRAPPER = "FastAPI + SentenceTransformer.encode"
+LINGER = 0.25  # bertforge serve is measured as it is by default and with --linger at this share
 BATCH_SIZES = (1, 2, 4, 8, 16)
 STARTUP_SECONDS = 300
 
@@ -250,30 +254,36 @@ def main() -> None:
             args.out.write_text(json.dumps({"model": MODEL, "threads": 2, "repeats": args.batch_cost,
                                             "runs": rows}, indent=1) + "\n")
         return
-    servers = {"bertforge serve": start([sys.executable, "-m", "bertforge.cli", "serve", MODEL, "--port", "0"]),
-               "FastAPI + SentenceTransformer.encode": start([sys.executable, "-m", "benchmarks.serve", "--wrapper"])}
+    serve = [sys.executable, "-m", "bertforge.cli", "serve", MODEL, "--port", "0"]
+    servers = {"bertforge serve": start(serve),
+               f"bertforge serve --linger {LINGER}": start([*serve, "--linger", str(LINGER)]),
+               WRAPPER: start([sys.executable, "-m", "benchmarks.serve", "--wrapper"])}
     try:
-        (_, ours), (_, theirs) = servers.values()
+        ours, theirs = servers["bertforge serve"][1], servers[WRAPPER][1]
         difference = float(np.abs(vectors_of(ours, texts[:64]) - vectors_of(theirs, texts[:64])).max())
         print(f"{MODEL}, one gloss per request; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
               f"max |vector difference| between the servers {difference:.1e}")
         levels: list[Level] = []
         for clients in args.concurrency:
-            pair = []
+            measured = {}
             for name, (_, url) in servers.items():
-                before = batcher_totals(url) if url == ours else {}
+                before = batcher_totals(url) if name != WRAPPER else {}
                 level = asyncio.run(measure(name, url, texts, clients, args.seconds, args.warmup))
-                if url == ours:  # the warm-up's runs counted too: the batcher behaves the same in both
+                if name != WRAPPER:  # the warm-up's runs counted too: the batcher behaves the same in both
                     level = with_batcher(level, before, batcher_totals(url))
-                pair.append(level)
+                measured[name] = level
                 batching = (f"  {level.texts_per_run:.1f} texts/run, queue wait {level.queue_wait_ms:.0f} ms, "
                             f"run {level.run_ms:.0f} ms" if level.texts_per_run is not None else "")
                 print(f"{clients:3d} clients  {name:38s} {level.requests_per_second:7.1f} requests/s  "
                       f"p50 {level.p50_ms:7.1f} ms  p99 {level.p99_ms:7.1f} ms  failed {level.failed}{batching}",
                       flush=True)
-            print(f"{clients:3d} clients  throughput ratio {pair[0].requests_per_second / pair[1].requests_per_second:.2f}x, "
-                  f"p99 ratio {pair[0].p99_ms / pair[1].p99_ms:.2f}  (load average {os.getloadavg()[0]:.1f})", flush=True)
-            levels += pair
+            wrapper = measured[WRAPPER]
+            for name, level in measured.items():
+                if name != WRAPPER:
+                    print(f"{clients:3d} clients  {name}: throughput ratio "
+                          f"{level.requests_per_second / wrapper.requests_per_second:.2f}x, p99 ratio "
+                          f"{level.p99_ms / wrapper.p99_ms:.2f}  (load average {os.getloadavg()[0]:.1f})", flush=True)
+            levels += measured.values()
         engine_rate = engine_texts_per_second(texts[:1000])
         print(f"batch engine in process (bertforge embed's): {engine_rate:.1f} texts/s on 1,000 glosses "
               f"(load average {os.getloadavg()[0]:.1f})")

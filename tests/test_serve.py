@@ -441,7 +441,8 @@ def test_a_bad_model_a_taken_port_or_a_bad_limit_is_one_line_and_exit_2(models: 
              "/tag for token_classification; /v1/embeddings for embedding": ["serve", str(choice)],
              "--max-queue is 0": ["serve", str(models["classifier"]), "--max-queue", "0"],
              "two models are named 'classifier'": ["serve", str(models["classifier"]), str(models["classifier"])],
-             "--backend onnx cannot run mlm": ["serve", f"mlm={models['mlm']}", "--backend", "onnx"]}
+             "--backend onnx cannot run mlm": ["serve", f"mlm={models['mlm']}", "--backend", "onnx"],
+             "--linger is 2.0": ["serve", str(models["classifier"]), "--linger", "2"]}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -467,11 +468,13 @@ def test_a_model_is_named_after_its_run_or_as_given() -> None:
 # the batcher, in process
 
 
-def test_a_group_waits_for_the_clients_the_last_run_answered() -> None:
+@pytest.mark.parametrize(("linger", "groups"), [(0.25, [["a"], ["b", "c", "d"]]), (0.0, [["a"], ["b", "c"], ["d"]])])
+def test_with_linger_a_group_waits_for_the_clients_the_last_run_answered(linger: float, groups: list[list[str]],
+                                                                          ) -> None:
     """Run 1 holds request a while b and c queue; a's client resends (d) as soon as it is answered. With
-    --max-wait-ms 0, b and c alone would run next (groups 1, 2, 1: the alternating groups); the batcher
-    lingers for the client the last run answered (3 requests were queued or running during it), so b, c
-    and d share one run."""
+    --max-wait-ms 0 and no --linger, b and c alone run next (the alternating groups); with --linger the batcher
+    waits for the client the last run answered (3 requests were queued or running during it), so b, c and d
+    share one run."""
     import threading
 
     from bertforge.serving.batcher import Batcher
@@ -479,17 +482,18 @@ def test_a_group_waits_for_the_clients_the_last_run_answered() -> None:
     from bertforge.serving.served import EMBEDDINGS, ServedModel
 
     release = threading.Event()
-    groups: list[list[str]] = []
+    ran: list[list[str]] = []
 
     def run_texts(texts: list[str]) -> list[str]:
-        groups.append(list(texts))
-        if len(groups) == 1:  # the first run lasts until the test has queued b and c
+        ran.append(list(texts))
+        if len(ran) == 1:  # the first run lasts until the test has queued b and c
             release.wait(60)
         return texts
 
     async def scenario() -> None:
         model = ServedModel("m", "m", "embedding", (EMBEDDINGS,), 4, {"vectors": run_texts})
-        batcher = Batcher(model, max_batch_tokens=10**6, max_wait=0.0, max_queue=16, metrics=server_metrics())
+        batcher = Batcher(model, max_batch_tokens=10**6, max_wait=0.0, max_queue=16, metrics=server_metrics(),
+                          linger=linger)
         batcher.start()
 
         async def closed_loop_client() -> None:
@@ -497,7 +501,7 @@ def test_a_group_waits_for_the_clients_the_last_run_answered() -> None:
             assert await batcher.submit(("vectors",), ["d"]) == ["d"]  # at once, as a benchmark client does
 
         first = asyncio.create_task(closed_loop_client())
-        while not groups:
+        while not ran:
             await asyncio.sleep(0.01)
         others = [asyncio.create_task(batcher.submit(("vectors",), [text])) for text in "bc"]
         while batcher.pending < 3:
@@ -508,7 +512,7 @@ def test_a_group_waits_for_the_clients_the_last_run_answered() -> None:
         await batcher.stop()
 
     asyncio.run(scenario())
-    assert groups == [["a"], ["b", "c", "d"]]
+    assert ran == groups
 
 
 def test_the_onnx_backend_serves_torchs_vectors(models: dict[str, Path], texts: list[str]) -> None:

@@ -28,9 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "refused: run it with `bertforge predict`); GET /v1/models, "
                     "/health, /metrics (Prometheus) and /docs (OpenAPI). Concurrent requests to a model are "
                     "gathered for up to --max-wait-ms into one run of the inference engine (length-sorted "
-                    "token-budget batches), and wait longer, up to a quarter of a model run, while fewer requests "
-                    "have come than the last run saw (clients that resend as soon as they are answered then share "
-                    "runs). The address is printed on stdout once the models are loaded. SIGTERM "
+                    "token-budget batches). The address is printed on stdout once the models are loaded. SIGTERM "
                     "stops accepting connections, answers the requests in flight, then exits 0.",
         example="""
         bertforge serve runs/supersense-tagging-minilm runs/supersense-minilm runs/wordnet-embedding-minilm --port 8080
@@ -54,9 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "the server starts) or onnx-int8 (int8 linear layers: faster, slightly less accurate); "
                              "a pre-trained model (/fill-mask) runs on torch only")
     parser.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
-                        help=f"how long a batch waits for more requests to join it (default {DEFAULT_MAX_WAIT_MS:g}); "
-                             "while it holds fewer requests than the last model run saw, up to a quarter of a run "
-                             "if that is longer")
+                        help=f"how long a batch waits for more requests to join it (default {DEFAULT_MAX_WAIT_MS:g})")
+    parser.add_argument("--linger", type=float, default=0.0, metavar="SHARE",
+                        help="while a batch holds fewer requests than the last model run saw, wait for the rest up to "
+                             "SHARE of a model run (e.g. 0.25; default 0: off). Merges the alternating groups that "
+                             "clients resending at once fall into, but idles the model for their round trip: it did "
+                             "not pay on a loaded 2-core machine (docs/guide.md)")
     parser.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                         help=f"requests waiting or running per model; more get 429 with Retry-After (default "
                              f"{DEFAULT_MAX_QUEUE})")
@@ -77,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.serving.server import bound_socket, serve_until_stopped
 
     settings = ServeSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_texts_per_request,
-                             args.max_chars_per_request, args.api_key or os.environ.get(API_KEY_VARIABLE) or None)
+                             args.max_chars_per_request, args.api_key or os.environ.get(API_KEY_VARIABLE) or None,
+                             args.linger)
     engine_settings = EngineSettings(max_batch_tokens=args.max_batch_tokens, batch_size=args.batch_size, label="serving",
                                      backend=args.backend)
     quiet_transformers()

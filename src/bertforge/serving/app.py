@@ -45,6 +45,7 @@ class ServeSettings:
     max_texts_per_request: int  # 413 beyond
     max_chars_per_request: int  # 413 beyond (all of a request's texts together)
     api_key: str | None  # None: no token asked
+    linger: float = 0.0  # --linger: how long a group may wait for the last run's clients, as a share of a run
 
     def __post_init__(self) -> None:
         for flag, value in (("--max-batch-tokens", self.max_batch_tokens), ("--max-queue", self.max_queue),
@@ -52,6 +53,8 @@ class ServeSettings:
                             ("--max-chars-per-request", self.max_chars_per_request)):
             if value < 1:
                 raise BertforgeError(f"{flag} is {value}; give at least 1")
+        if not 0 <= self.linger <= 1:
+            raise BertforgeError(f"--linger is {self.linger}; give a share of a model run from 0 (off) to 1")
         if self.max_wait_ms < 0:
             raise BertforgeError(f"--max-wait-ms is {self.max_wait_ms}; give 0 or more milliseconds")
         if self.api_key is not None and not self.api_key.strip():
@@ -129,7 +132,7 @@ def build_app(models: list[ServedModel], settings: ServeSettings, metrics: Serve
     metrics = metrics or server_metrics()
     batchers = {model.name: Batcher(model, max_batch_tokens=settings.max_batch_tokens,
                                     max_wait=settings.max_wait_ms / 1000, max_queue=settings.max_queue,
-                                    metrics=metrics) for model in models}
+                                    metrics=metrics, linger=settings.linger) for model in models}
     started = int(time.time())
     served_routes = {route for model in models for route in model.routes}
     # a route a model withholds (a single-text classifier's /rerank) still exists, to answer 404 with the reason

@@ -7,17 +7,18 @@ one `ServedModel.run` call, which is one run of the inference engine: it sorts t
 exact token-budget batches. While the model runs, new requests queue up and form the next group, so the
 busier the server, the fuller its batches.
 
-Lingering for the clients that just got their answers: clients that send their next request as soon as the
-last one is answered (a closed loop, as most callers are) otherwise fall into alternating groups: at 8 clients,
-4 of them run while the other 4 queue; when the run ends the queued 4 start at once, and the first 4 resend
-while they run, so every run holds ~4 texts. One run of 8 short texts costs less than two runs of 4
-(all-MiniLM-L6-v2, 2 threads: 0.62-0.96x their time on a loaded machine; `python -m benchmarks.serve
---batch-cost 30`). So a group waits, beyond `max_wait`, while it holds fewer requests than were queued or
-running during the last model run (the requests just answered are likely to come back), for at most
-`LINGER_SHARE` of the merged run's time: the answered clients' round trip is shorter than that, so the groups
-merge (8 clients: 6.5-6.9 texts per run instead of 4.0), and if they do not come back the cost is bounded and
-lasts one run (the next run's count is the new expectation). A lone client is never kept waiting by it: its
-group of one already holds as many requests as the last run saw.
+Lingering (`--linger`, off by default): clients that send their next request as soon as the last one is
+answered (a closed loop) fall into alternating groups: at 8 clients, 4 of them run while the other 4 queue;
+when the run ends the queued 4 start at once, and the first 4 resend while they run, so every run holds ~4
+texts. With `linger` > 0 a group waits, beyond `max_wait`, while it holds fewer requests than were queued or
+running during the last model run (the requests just answered are likely to come back), for at most `linger`
+times the merged run's estimated time; a lone client is never held by it (its group of one holds as many
+requests as the last run saw). It merges the groups (8 clients: 5.7-7.4 texts per run against 3.7-4.0), and
+one run of 8 glosses costs 0.62-0.96x two runs of 4 (all-MiniLM-L6-v2, 2 threads; `python -m benchmarks.serve
+--batch-cost 30`), but the model then idles for the clients' round trip every run, where the alternating
+groups overlap one group's HTTP work with the other's run: on a loaded 2-core machine it gained nothing
+overall (requests/s with/without over 8 interleaved rounds of 10 s: 0.65-1.68x, mean 1.02x), so it stays
+off unless measured to pay where the server runs (benchmarks/serve.py measures both).
 
 The queue is bounded: a request beyond `max_queue` waiting or running is refused at once (`QueueFull`, a 429)
 instead of waiting without end. A group whose run fails is run again one request at a time, so a bad request
@@ -39,11 +40,6 @@ from bertforge.serving.served import ServedModel, Work
 
 CHARACTERS_PER_TOKEN = 4  # a group's size before tokenizing: English WordPiece averages about 4 characters a token
 TOKENS_PER_TEXT = 2  # [CLS] and [SEP]
-# how long a group may wait for the requests the last run answered, as a share of the merged run's time: one run
-# of 8 short texts measured 0.62-0.96x the time of two runs of 4 (a loaded machine; docs/benchmarks.md), a saving
-# of up to a third of the merged run, so waiting a quarter of it is repaid when they come and costs at most
-# that, once, when they do not
-LINGER_SHARE = 0.25
 
 
 class QueueFull(Exception):
@@ -70,10 +66,11 @@ def estimated_tokens(inputs: list[Any]) -> int:
 
 class Batcher:
     def __init__(self, model: ServedModel, *, max_batch_tokens: int, max_wait: float, max_queue: int,
-                 metrics: ServerMetrics) -> None:
+                 metrics: ServerMetrics, linger: float = 0.0) -> None:
         self.model = model
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait
+        self.linger = linger  # the share of the merged run's time a group waits for the last run's clients
         self.max_queue = max_queue
         self.metrics = metrics
         self.pending = 0  # requests queued or running
@@ -140,7 +137,7 @@ class Batcher:
         # only for a quarter of a run of 4, shorter than the answered clients' round trip on a loaded machine,
         # and the alternating groups would stay apart
         merged_run = self.last_run_seconds * max(1.0, self.run_requests / max(1, self.last_run_requests))
-        linger_deadline = gathering + max(self.max_wait, LINGER_SHARE * merged_run)
+        linger_deadline = gathering + max(self.max_wait, self.linger * merged_run)
         while tokens < self.max_batch_tokens:
             expected = len(group) < self.run_requests  # the last run's clients may not all be back yet
             try:
