@@ -97,6 +97,27 @@ def test_row_placement_puts_short_sequences_into_shared_rows() -> None:
     assert (owner == -1).sum().item() == placement.num_rows * 8 - sum(lengths)
 
 
+def test_one_gather_of_the_fused_projection_attends_as_three_separate_ones() -> None:
+    """SDPA's rows are filled by one gather of the fused [tokens, 3, heads, head_dim] projection, empty slots
+    reading token 0 (kept off real queries by the mask): outputs and gradients equal the per-tensor path's."""
+    lengths = [8, 3, 5, 2, 6]
+    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    torch.manual_seed(0)
+    qkv = torch.randn(sum(lengths), 3, 2, 4, requires_grad=True)
+    fused = PackedAttention(cu_seqlens, 8, "sdpa")
+    output = fused.attend(*qkv.unbind(1), fused=qkv)
+    separate = PackedAttention(cu_seqlens, 8, "sdpa").attend(*qkv.unbind(1))
+    placement = fused.placement
+    assert placement.token_of_slot is not None
+    assert torch.equal(placement.token_of_slot[placement.slot_of_token], torch.arange(sum(lengths)))
+    assert torch.equal(output, separate)
+    assert (output - eager_attention(*qkv.unbind(1), cu_seqlens)).abs().max().item() <= 1e-6
+    upstream = torch.randn_like(output)
+    (fused_grad,) = torch.autograd.grad(output, qkv, upstream)
+    (separate_grad,) = torch.autograd.grad(separate, qkv, upstream)
+    assert torch.allclose(fused_grad, separate_grad, atol=1e-6)
+
+
 def test_full_length_sequences_are_attended_without_copies_or_masks() -> None:
     cu_seqlens = torch.tensor([0, 6, 12, 18], dtype=torch.int32)
     attention = PackedAttention(cu_seqlens, 6, "sdpa")

@@ -79,6 +79,7 @@ class RowPlacement:
     slot_of_token: torch.Tensor  # [tokens] flat index into num_rows * row_length
     sequence_of_slot: torch.Tensor  # [num_rows, row_length]; -1 for empty slots
     is_identity: bool  # one full-length sequence per row, in order: no copy, no mask needed
+    token_of_slot: torch.Tensor | None = None  # [num_rows * row_length] the token each slot reads; None if identity
 
 
 @eager_under_compile
@@ -116,7 +117,12 @@ def place_in_rows(cu_seqlens: torch.Tensor, max_seqlen: int) -> RowPlacement:
     num_rows = len(row_fill)
     sequence_of_slot = torch.full((num_rows * max_seqlen,), -1, dtype=torch.long, device=device)
     sequence_of_slot[slot_of_token] = sequence_of_token
-    return RowPlacement(num_rows, max_seqlen, slot_of_token, sequence_of_slot.view(num_rows, max_seqlen), False)
+    # An empty slot reads token 0: any finite row will do, since the masks keep real queries off empty slots
+    # (and empty queries' outputs are dropped). One gather fills the rows, instead of zeroing them and scattering.
+    token_of_slot = torch.zeros(num_rows * max_seqlen, dtype=torch.long, device=device)
+    token_of_slot[slot_of_token] = torch.arange(total_tokens, device=device)
+    return RowPlacement(num_rows, max_seqlen, slot_of_token, sequence_of_slot.view(num_rows, max_seqlen), False,
+                        token_of_slot)
 
 
 class PackedAttention:
@@ -133,9 +139,12 @@ class PackedAttention:
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None = None,
                alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
-               bias: torch.Tensor | None = None) -> torch.Tensor:
+               bias: torch.Tensor | None = None, fused: torch.Tensor | None = None) -> torch.Tensor:
         """[tokens, heads, head_dim] in and out. `window`: keys at most this many positions away on each side.
-        `bias`: [heads, max_seqlen, max_seqlen] added to the scores, a function of the key-query offset only."""
+        `bias`: [heads, max_seqlen, max_seqlen] added to the scores, a function of the key-query offset only.
+        `fused`: the [tokens, 3, heads, head_dim] tensor that query, key and value are the views of, if they are
+        (the fused projection, no rotary applied): SDPA's rows then take all three in one gather, a third of the
+        time of three gathers of strided views (measured on MiniLM's shapes)."""
         backend = backend_for(self.backend, query, window=window, alibi=alibi_slopes is not None,
                               dropout_p=dropout_p, bias=bias is not None).backend
         if backend == "varlen":
@@ -147,7 +156,7 @@ class PackedAttention:
             return eager_attention(query, key, value, self.cu_seqlens, window=window, alibi_slopes=alibi_slopes,
                                    dropout_p=dropout_p, bias=bias)
         return self._sdpa(query, key, value, window=window, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-                          bias=bias)
+                          bias=bias, fused=fused)
 
     @property
     def placement(self) -> RowPlacement:
@@ -196,7 +205,8 @@ class PackedAttention:
         return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
 
     def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, window: int | None,
-              alibi_slopes: torch.Tensor | None, dropout_p: float, bias: torch.Tensor | None = None) -> torch.Tensor:
+              alibi_slopes: torch.Tensor | None, dropout_p: float, bias: torch.Tensor | None = None,
+              fused: torch.Tensor | None = None) -> torch.Tensor:
         placement = self.placement
         own_dropout = dropout_p > 0 and query.device.type == "cpu"
         if bias is not None:
@@ -207,7 +217,8 @@ class PackedAttention:
             mask = self._additive_mask(window, query.dtype)
         else:
             mask = self._boolean_mask(window)
-        rows = [_to_rows(x, placement) for x in (query, key, value)]
+        rows = _fused_to_rows(fused, placement) if fused is not None else [_to_rows(x, placement)
+                                                                           for x in (query, key, value)]
         if own_dropout:
             output = attention_with_dropout(*rows, mask, dropout_p)
         else:
@@ -234,10 +245,19 @@ def _slot_distance(row_length: int, device: torch.device) -> torch.Tensor:
 def _to_rows(x: torch.Tensor, placement: RowPlacement) -> torch.Tensor:
     """[tokens, heads, head_dim] -> [rows, heads, row_length, head_dim]."""
     heads, head_dim = x.shape[1:]
-    if not placement.is_identity:
-        slots = x.new_zeros(placement.num_rows * placement.row_length, heads, head_dim)
-        x = slots.index_copy(0, placement.slot_of_token, x)
+    if placement.token_of_slot is not None:
+        x = x.index_select(0, placement.token_of_slot)
     return x.view(placement.num_rows, placement.row_length, heads, head_dim).transpose(1, 2)
+
+
+def _fused_to_rows(qkv: torch.Tensor, placement: RowPlacement) -> list[torch.Tensor]:
+    """[tokens, 3, heads, head_dim] -> query, key and value as [rows, heads, row_length, head_dim] views of one
+    gathered tensor (SDPA reads them through their strides)."""
+    _, three, heads, head_dim = qkv.shape
+    if placement.token_of_slot is not None:
+        qkv = qkv.index_select(0, placement.token_of_slot)
+    return list(qkv.view(placement.num_rows, placement.row_length, three, heads, head_dim).permute(2, 0, 3, 1, 4)
+                .unbind(0))
 
 
 def eager_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor, *,

@@ -122,12 +122,14 @@ class SelfAttention(nn.Module):
         """[tokens, hidden] -> [tokens, hidden], or only the `rows` given (every token still attends).
         `bias`: [heads, max_seqlen, max_seqlen] added to the scores (MPNet's relative positions)."""
         tokens = hidden.shape[0]
-        query, key, value = self.qkv(hidden).view(tokens, 3, self.num_heads, self.head_dim).unbind(dim=1)
+        fused = self.qkv(hidden).view(tokens, 3, self.num_heads, self.head_dim)
+        query, key, value = fused.unbind(dim=1)
         if rotary is not None:
             cos, sin = rotary
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         context = attention.attend(query, key, value, window=self.window, alibi_slopes=self.alibi_slopes,
-                                   dropout_p=self.dropout_p if self.training else 0.0, bias=bias)
+                                   dropout_p=self.dropout_p if self.training else 0.0, bias=bias,
+                                   fused=fused if rotary is None else None)
         if rows is not None:
             context = context.index_select(0, rows)
         return self.output(context.reshape(context.shape[0], self.num_heads * self.head_dim))
