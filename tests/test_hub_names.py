@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+from bertforge.cli import main
 from bertforge.errors import BertforgeError
 from bertforge.locate import resolve_model, resolve_model_path
 from tests.helpers.finetuning import minilm_dir, run_cli, supersense_files
@@ -91,16 +92,19 @@ def test_transformers_loads_the_hub_name_offline_from_the_same_cache(hub_cache: 
     assert done.stdout.split() == ["BertModel", "384"]
 
 
-def test_finetune_starts_from_a_hub_name_offline(hub_cache: Path, tmp_path: Path) -> None:
+def test_finetune_starts_from_a_hub_name_offline(offline_cache: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # in this process, with the cache huggingface_hub read set as `offline_cache` sets it; a process that reads
+    # HF_HUB_CACHE / HF_HUB_OFFLINE from its environment is the transformers test's and the unreachable hub's
     run_dir = tmp_path / "runs" / "from-hub"
     config = tmp_path / "from-hub.yaml"
     config.write_text(f"model: {{init_from: {HUB_NAME}}}\n", encoding="utf-8")
-    done = run_cli("finetune", str(config), *supersense_files(tmp_path / "data", train=32, validation=16, test=16),
-                   f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}",
-                   "train.max_steps=2", "train.micro_batch_size=16", "train.global_batch_size=16",
-                   "finetune.max_length=24", "data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false",
-                   env=offline_environment(hub_cache))
-    assert done.returncode == 0, done.stderr[-3000:]
+    code = main(["finetune", str(config), *supersense_files(tmp_path / "data", train=32, validation=16, test=16),
+                 f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}",
+                 "train.max_steps=2", "train.micro_batch_size=16", "train.global_batch_size=16",
+                 "finetune.max_length=24", "data.num_workers=0", "log.tensorboard=false", "log.plots=false",
+                 "log.progress=false"])
+    assert code == 0, capsys.readouterr().err[-3000:]
     assert (run_dir / "final" / "config.json").is_file()
 
 
