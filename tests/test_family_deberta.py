@@ -243,3 +243,23 @@ def test_multiple_choice_imports_and_exports_with_the_stock_class_logits(tmp_pat
     reloaded = transformers.AutoModelForMultipleChoice.from_pretrained(str(result.directory)).eval()
     with torch.no_grad():
         assert max_diff(reloaded(**padded).logits, theirs) <= TOLERANCE
+
+
+def test_a_legacy_masked_lm_head_imports_as_transformers_loads_it_and_exports_in_todays_layout(tmp_path: Path) -> None:
+    """`legacy: true` is DebertaV2Config's default: transformers builds BERT's `cls.predictions` head then, and a
+    model saved so must fill masks with that head, not with a fresh one."""
+    from bertforge.models.hf import load_hf_checkpoint
+
+    hf_model = tiny_deberta("ForMaskedLM", legacy=True)
+    assert hasattr(hf_model, "cls") and not hasattr(hf_model, "lm_predictions")
+    ids, mask = padded_batch(0)
+    expected = hf_outputs(hf_model, "ForMaskedLM", ids, mask)
+    assert max_diff(our_outputs(from_hf(hf_model).eval(), "ForMaskedLM", ids, mask), expected) <= TOLERANCE
+    hf_model.save_pretrained(str(tmp_path / "legacy"))
+    ours = load_hf_checkpoint(tmp_path / "legacy").eval()  # the directory path `load_model` and `init_from` take
+    assert max_diff(our_outputs(ours, "ForMaskedLM", ids, mask), expected) <= TOLERANCE
+    exported = export_hf(ours, None, tmp_path / "export").directory
+    assert json.loads((exported / "config.json").read_text())["legacy"] is False
+    reloaded, loading = transformers.DebertaV2ForMaskedLM.from_pretrained(str(exported), output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    assert max_diff(hf_outputs(reloaded.eval(), "ForMaskedLM", ids, mask), expected) <= TOLERANCE

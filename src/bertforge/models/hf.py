@@ -129,20 +129,23 @@ def from_hf(hf_model: nn.Module, task: str = "auto", *, num_labels: int | None =
     they are listed at info level.
     """
     hf_class = type(hf_model).__name__
-    hf_state = in_head_layout(hf_class, hf_model.state_dict())
+    hf_state = in_head_layout(hf_class, hf_model.config, hf_model.state_dict())
     model = _model_for_state(hf_class, hf_model.config, hf_state, task, num_labels=num_labels,
                              problem_type=problem_type, label_names=label_names, nsp=nsp)
     load_converted_state(model, hf_state, _source_of(hf_class, hf_model.config))
     return model
 
 
-def in_head_layout(hf_class: str, hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def in_head_layout(hf_class: str, hf_config: transformers.PretrainedConfig,
+                   hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """An HF state dict in the For* layout: a bare model's has no `bert.`/`model.` prefix, so it gets one.
-    (ElectraForPreTraining imports as a base too, but keeps its encoder under `electra.` as every For* class does.)"""
+    (ElectraForPreTraining imports as a base too, but keeps its encoder under `electra.` as every For* class does.)
+    Keys of an older layout the config selects get today's names (the family's `older_names`)."""
     family = family_of_class(hf_class)
-    if hf_class != family.base_class():
-        return hf_state
-    return {family.encoder_prefix + key: value for key, value in hf_state.items()}
+    if hf_class == family.base_class():
+        hf_state = {family.encoder_prefix + key: value for key, value in hf_state.items()}
+    renames = family.older_names(hf_config)
+    return {renames.get(key, key): value for key, value in hf_state.items()} if renames else hf_state
 
 
 def _source_of(hf_class: str, hf_config: transformers.PretrainedConfig) -> str:
@@ -374,7 +377,7 @@ def _load_named_as_hf_class(directory: str | Path, hf_class: str, hf_config: tra
     if not path.is_file():
         return None
     hf_config._name_or_path = str(directory)  # as `from_pretrained` names it (the errors and logs say so)
-    hf_state = in_head_layout(hf_class, load_file(str(path)))
+    hf_state = in_head_layout(hf_class, hf_config, load_file(str(path)))
     rng = torch.get_rng_state()
     model = _model_for_state(hf_class, hf_config, hf_state, task, num_labels=num_labels, problem_type=problem_type,
                              label_names=label_names, nsp=nsp)

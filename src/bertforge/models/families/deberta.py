@@ -11,8 +11,10 @@ position and position-to-content scores from one relative-distance table for the
 - the masked-LM head is transformers' `lm_predictions.lm_head` (dense, activation, LayerNorm, the word
   embeddings as decoder, a bias) with `legacy: false` — the layout DeBERTa-v3 checkpoints are saved in.
   The enhanced mask decoder is what transformers runs of it: that head on the last layer (its `z_steps`
-  re-run of the last layer is 0); a `legacy: true` config's `cls.predictions` head is not imported (the
-  head starts fresh, and the import says so);
+  re-run of the last layer is 0). A `legacy: true` config (DebertaV2Config's default, so every model
+  transformers built without saying) names the same dense, LayerNorm and bias BERT's way
+  (`cls.predictions.*`, the decoder tied to the word embeddings): imported under those names, as
+  transformers loads it; exports are written `legacy: false`;
 - the sequence classifier and the multiple-choice scorer are `pooler.dense` + `pooler_hidden_act` on the
   first token (ContextPooler), then `classifier`: gelu/relu/tanh are our gelu_pooler/relu_pooler/pooler;
 - refused in one line, as bertforge cannot run them exactly: the ConvLayer (`conv_kernel_size`, unused
@@ -82,6 +84,14 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.pooler.dense.bias", "pooler.dense.bias"),
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
+}
+# transformers' `legacy: true` masked-LM head: its key -> the key of the head above (its decoder is tied: no weight)
+LEGACY_MLM_HEAD = {
+    "cls.predictions.transform.dense.weight": "lm_predictions.lm_head.dense.weight",
+    "cls.predictions.transform.dense.bias": "lm_predictions.lm_head.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "lm_predictions.lm_head.LayerNorm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "lm_predictions.lm_head.LayerNorm.bias",
+    "cls.predictions.bias": "lm_predictions.lm_head.bias",
 }
 POOLED_CLASSES = ("DebertaV2ForSequenceClassification", "DebertaV2ForMultipleChoice")  # their head: the ContextPooler
 # the ContextPooler's pooler_hidden_act -> our pooling of the same dense + activation on the first token
@@ -177,6 +187,10 @@ def config_to_hf(config: EncoderConfig, common: dict[str, object],
         cls_dropout=config.classifier_dropout, legacy=False, **bert_config_values(config, common))
 
 
+def older_names(hf_config: transformers.PretrainedConfig) -> dict[str, str]:
+    return LEGACY_MLM_HEAD if getattr(hf_config, "legacy", True) else {}
+
+
 def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
     relative = config.disentangled_attention
     assert relative is not None
@@ -196,5 +210,5 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 FAMILY = ModelFamily(
     name="deberta-v2", model_type="deberta-v2", hf_prefix="DebertaV2", encoder_prefix="deberta.", head_keys=HEADS,
     unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys,
+    encoder_keys=encoder_keys, older_names=older_names,
 )

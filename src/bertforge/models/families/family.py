@@ -144,6 +144,9 @@ class ModelFamily:
     load_arguments: Callable[[str, bool], dict[str, object]] = lambda hf_class, pooler: {}
     # an HF class that imports as the head of another suffix than its name's (ELECTRA's discriminator: an encoder)
     imports_as: dict[str, str] = field(default_factory=dict)
+    # a checkpoint saved in an older layout of the family's classes: (its config) -> {its HF key: the key the head
+    # tables name}, applied to its state dict before import (DeBERTa-v2's `legacy` masked-LM head)
+    older_names: Callable[[transformers.PretrainedConfig], dict[str, str]] = lambda hf_config: {}
 
     def base_class(self) -> str:
         return self.hf_prefix + BASE_SUFFIX
