@@ -349,7 +349,7 @@ def main() -> int:
     print(header + "\n\n" + table(result["rows"]))
     if args.json:
         write_atomically(args.json, json.dumps({
-            "args": {k: v if isinstance(v, (int, float, list)) else str(v) for k, v in vars(args).items()},
+            "command": " ".join([Path(sys.executable).name, *sys.argv]), "args": {k: v if isinstance(v, (int, float, list)) else str(v) for k, v in vars(args).items()},
             "shape": asdict(shape), "machine": machine, "uptime_before": before, "uptime_after": after,
             "total_seconds": time.perf_counter() - began} | result, indent=1) + "\n")
     return 0
