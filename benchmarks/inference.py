@@ -24,8 +24,14 @@ Optimum 2.1 pins transformers < 4.58, which bertforge does not run on; its peers
 backends, which need it) run under `--optimum-python`, an environment with optimum-onnx installed beside the
 rest (a venv whose site-packages hold optimum, transformers 4.57 and their pins, and a .pth naming this venv's).
 
-    .venv/bin/python benchmarks/inference.py --optimum-python /tmp/optenv/bin/python
-    .venv/bin/python benchmarks/inference.py --profiles short --models minilm --texts 200   # a quick look
+    .venv/bin/python benchmarks/inference.py --optimum-python /tmp/optenv/bin/python           # ~1.5 h loaded
+    .venv/bin/python benchmarks/inference.py --quick --optimum-python /tmp/optenv/bin/python   # every row, <20 min
+    .venv/bin/python benchmarks/inference.py --paired short long --models minilm --write-profile
+
+`--quick` keeps every comparison (all peers, three profiles, both models, peak RSS, start-up) with 200/100/24
+texts and prints its expected duration before it starts. Each child process loads its peer once and runs every
+profile (its peak RSS reset between profiles), so a run starts 20 children, not 60. Exports (Optimum's ONNX and
+int8 files, SentenceTransformer's) are made once in `--work` and read by later runs.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ PIPELINE_BATCH = 32
 LABELS = 3
 TAGS = ["O", "B-A", "I-A", "B-B", "I-B"]
 TASKS = ("embeddings", "classification", "token-classification")
+FULL_TEXTS = (1000, 500, 100)  # short, medium, long: ~1.5 h on a loaded machine
+QUICK_TEXTS = (200, 100, 24)  # --quick
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,12 +280,19 @@ def peak_rss_mb() -> float:
     return int(line.split()[1]) / 1024
 
 
+def reset_peak_rss() -> None:
+    """Start VmHWM again from the current RSS (Linux's clear_refs 5), so each profile's peak is its own: the
+    loaded model counts in every profile, the previous profile's activations do not (what the allocator kept of
+    them does)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def run_arm(spec: dict[str, Any]) -> None:
-    """The child: load the peer, run the texts twice, write texts/s, peak RSS and the outputs."""
+    """The child: load the peer once, then for each profile run its texts `passes` times and write texts/s, peak
+    RSS and the outputs (one child per model and peer, not per profile: the start-up is paid once)."""
     import torch
 
     torch.set_num_threads(spec["threads"])
-    texts = json.loads(Path(spec["texts"]).read_text(encoding="utf-8"))
     task, peer, model_dir, work = spec["task"], spec["peer"], Path(spec["model_dir"]), Path(spec["work"])
     if peer.startswith("bertforge"):
         runner = bertforge_runner(task, model_dir, peer.split(" ")[1] if " " in peer else None)
@@ -287,19 +302,21 @@ def run_arm(spec: dict[str, Any]) -> None:
         runner = pipeline_runner(task, model_dir)
     else:
         runner = pipeline_runner(task, model_dir, ort_model(model_dir, task, peer.endswith("int8"), work))
-    runner(texts[:8])  # first-call costs (lazy initialisation, ONNX session warm-up) are not throughput
-    seconds = []
-    for _ in range(spec["passes"]):
-        started = time.perf_counter()
-        outputs = runner(texts)
-        seconds.append(time.perf_counter() - started)
-    result = {"seconds": seconds, "texts_per_second": len(texts) / min(seconds),
-              "peak_rss_mb": peak_rss_mb()}
-    if isinstance(outputs, np.ndarray):
-        np.save(spec["out"] + ".npy", outputs.astype(np.float32))
-    else:
-        Path(spec["out"] + ".entities.json").write_text(json.dumps(outputs), encoding="utf-8")
-    Path(spec["out"] + ".json").write_text(json.dumps(result), encoding="utf-8")
+    for profile in spec["profiles"]:
+        texts = json.loads(Path(profile["texts"]).read_text(encoding="utf-8"))
+        reset_peak_rss()
+        runner(texts[:8])  # first-call costs (lazy initialisation, ONNX session warm-up) are not throughput
+        seconds = []
+        for _ in range(spec["passes"]):
+            started = time.perf_counter()
+            outputs = runner(texts)
+            seconds.append(time.perf_counter() - started)
+        result = {"seconds": seconds, "texts_per_second": len(texts) / min(seconds), "peak_rss_mb": peak_rss_mb()}
+        if isinstance(outputs, np.ndarray):
+            np.save(profile["out"] + ".npy", outputs.astype(np.float32))
+        else:
+            Path(profile["out"] + ".entities.json").write_text(json.dumps(outputs), encoding="utf-8")
+        Path(profile["out"] + ".json").write_text(json.dumps(result), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,13 +366,16 @@ def startup_rows(work: Path, models: dict[str, dict[str, Path]], texts: list[str
     return rows
 
 
-def paired_embeddings(model_dir: Path, texts: list[str], rounds: int, threads: int) -> None:
-    """bertforge's `embed_run` and `SentenceTransformer.encode` alternated in one process (the load both see is
-    the same), then one cProfile pass of each: the profile that explains the embeddings ratio."""
-    import cProfile
-    import io
-    import pstats
+PROFILE_REPORT = REPO_ROOT / "benchmarks" / "results" / "inference_profile.md"
+PROFILE_TOP_OPS = 12
 
+
+def paired_embeddings(model_dir: Path, texts: list[str], rounds: int, threads: int,
+                      profile: str | None = None) -> dict[str, Any]:
+    """bertforge's `embed_run` and `SentenceTransformer.encode` alternated in one process (A B A B: the load both
+    see is the same), `rounds` times each; the ratio of the medians is the figure. With `profile` (a heading), one
+    `torch.profiler` pass of each follows, its top operators by self CPU time returned as markdown: the profile
+    that explains the ratio."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -366,28 +386,106 @@ def paired_embeddings(model_dir: Path, texts: list[str], rounds: int, threads: i
     embedder, model = load_embedder(str(model_dir)), SentenceTransformer(str(model_dir), device="cpu")
     sides = {"bertforge": lambda: embed_run(embedder, texts, EngineSettings()).vectors,
              "sentence-transformers": lambda: model.encode(texts, batch_size=PIPELINE_BATCH)}
-    outputs = {name: run() for name, run in sides.items()}
-    print(f"max |vector difference| {np.abs(outputs['bertforge'] - outputs['sentence-transformers']).max():.1e}")
+    outputs = {name: run() for name, run in sides.items()}  # also the warm-up
+    difference = float(np.abs(outputs["bertforge"] - outputs["sentence-transformers"]).max())
     speeds: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(rounds):
+    cpu_seconds: dict[str, list[float]] = {name: [] for name in sides}  # all threads: steadier than wall time
+    for _ in range(rounds):                                                # when other jobs share the cores
         for name, run in sides.items():
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             run()
             speeds[name].append(len(texts) / (time.perf_counter() - started))
-    print(json.dumps({name: [round(speed, 1) for speed in values] for name, values in speeds.items()}))
-    for name, run in sides.items():
-        profiler = cProfile.Profile()
-        profiler.runcall(run)
-        report = io.StringIO()
-        pstats.Stats(profiler, stream=report).sort_stats("tottime").print_stats(12)
-        print(f"{name}:\n{report.getvalue()}")
+            cpu_seconds[name].append(time.process_time() - cpu_started)
+    medians = {name: float(np.median(values)) for name, values in speeds.items()}
+    ratios = [ours / theirs for ours, theirs in zip(speeds["bertforge"], speeds["sentence-transformers"], strict=True)]
+    cpu = {name: float(np.median(values)) for name, values in cpu_seconds.items()}
+    result = {"texts": len(texts), "rounds": rounds, "max_abs_difference": difference,
+              "texts_per_second": {name: [round(speed, 1) for speed in values] for name, values in speeds.items()},
+              "median_ratio": medians["bertforge"] / medians["sentence-transformers"],
+              "round_ratios": [round(ratio, 3) for ratio in ratios],
+              "cpu_seconds": {name: [round(value, 2) for value in values] for name, values in cpu_seconds.items()},
+              "cpu_ratio": cpu["sentence-transformers"] / cpu["bertforge"], "load_average": os.getloadavg()[0]}
+    print(json.dumps(result), flush=True)
+    if profile is not None:
+        result["profile_markdown"] = f"### {profile}\n\n" + "\n\n".join(
+            f"{name}: {operator_table(run)}" for name, run in sides.items())
+    return result
+
+
+def operator_table(run: Callable[[], Any]) -> str:
+    """One pass of `run` under torch.profiler (CPU, shapes recorded): its top operators by self CPU time, markdown."""
+    from torch.profiler import ProfilerActivity, profile
+
+    started = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        run()
+    seconds = time.perf_counter() - started
+    events = sorted(profiler.key_averages(group_by_input_shape=False), key=lambda e: -e.self_cpu_time_total)
+    total = sum(event.self_cpu_time_total for event in events)
+    lines = [f"{seconds:.2f} s wall under the profiler, {total / 1e6:.2f} s self CPU time in operators", "",
+             "| operator | self CPU % | self CPU s | calls |", "|---|---:|---:|---:|"]
+    lines += [f"| `{event.key}` | {100 * event.self_cpu_time_total / total:.1f} | "
+              f"{event.self_cpu_time_total / 1e6:.2f} | {event.count} |" for event in events[:PROFILE_TOP_OPS]]
+    return "\n".join(lines)
+
+
+def paired_run(args: argparse.Namespace) -> None:
+    """`--paired`: each profile's paired ratio, and with `--write-profile` the operator tables of both sides."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_source()))
+    counts = dict(zip(("short", "medium", "long"), args.texts, strict=True))
+    makers = {"short": short_texts, "medium": medium_texts, "long": lambda n: long_texts(n, tokenizer)}
+    models = build_models(args.work / "models")
+    sections = []
+    for model_name, name in ((model, profile) for model in args.models for profile in args.paired):
+        model_dir = models[model_name]["embeddings"]
+        texts = makers[name](counts[name])
+        lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
+        heading = (f"{name}, {model_name}: {len(texts)} texts, {np.mean(lengths):.0f} tokens on average, "
+                   f"{max(lengths)} at most; SentenceTransformer.encode's batches are "
+                   f"{padded_share(texts, lengths):.0%} padding")
+        result = paired_embeddings(model_dir, texts, args.rounds, args.threads,
+                                   heading if args.write_profile else None)
+        if args.write_profile:
+            speeds = result["texts_per_second"]
+            sections.append(f"{result.pop('profile_markdown')}\n\nPaired texts/s, {args.rounds} rounds A B A B: "
+                            f"bertforge {speeds['bertforge']}, SentenceTransformer.encode "
+                            f"{speeds['sentence-transformers']}; ratio of medians {result['median_ratio']:.2f}x "
+                            f"(per round {result['round_ratios']}), of median CPU seconds {result['cpu_ratio']:.2f}x; vectors within {result['max_abs_difference']:.1e}; "
+                            f"load average {result['load_average']:.1f}.")
+    if sections:
+        from benchmarks.common.reports import machine_description
+
+        command = " ".join(["benchmarks/inference.py", *sys.argv[1:]])
+        header = (f"# Where an embedding pass spends its time: bertforge `embed_run` vs `SentenceTransformer.encode`"
+                  f"\n\nWritten by `.venv/bin/python {command}` ({args.threads} threads; "
+                  f"{machine_description('cpu').get('cpu', 'cpu')}). Self CPU time of each operator over one pass, "
+                  f"tokenization included (bertforge tokenizes on a second thread, whose time is not in these "
+                  f"operators); the top {PROFILE_TOP_OPS} of each side.\n\n")
+        write_atomically(PROFILE_REPORT, header + "\n\n".join(sections) + "\n")
+        print(f"wrote {PROFILE_REPORT}")
+
+
+def padded_share(texts: list[str], lengths: list[int], max_length: int = 256) -> float:
+    """The share of padding in `SentenceTransformer.encode`'s batches: it sorts texts by characters, longest first,
+    and pads each batch of PIPELINE_BATCH to its longest (MiniLM's 256 at most). The work bertforge's unpadded
+    batches can skip; everything else both sides compute alike."""
+    order = sorted(range(len(texts)), key=lambda index: -len(texts[index]))
+    real = padded = 0
+    for start in range(0, len(order), PIPELINE_BATCH):
+        batch = [min(lengths[index], max_length) for index in order[start:start + PIPELINE_BATCH]]
+        real += sum(batch)
+        padded += max(batch) * len(batch)
+    return 1 - real / padded
 
 
 def markdown_table(report: dict[str, Any]) -> str:
     """The docs' table: one line per peer, texts/s, bertforge's speed over it, peak RSS and the output check."""
     lines = ["| profile | model | task | peer | texts/s | bertforge ÷ peer | peak RSS MiB | outputs vs bertforge |",
              "|---|---|---|---|---:|---:|---:|---|"]
-    for row in report["rows"]:
+    order = ("short", "medium", "long")
+    for row in sorted(report["rows"], key=lambda row: order.index(row["profile"])):  # stable: models, peers in turn
         if "texts_per_second" not in row:
             outcome = row.get("skipped") or row.get("failed")
             lines.append(f"| {row['profile']} | {row['model']} | {row['task']} | {row['peer']} | {outcome} | | | |")
@@ -413,14 +511,18 @@ def child_python(arm: Arm, optimum_python: str | None) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-arm", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--paired", choices=("short", "medium", "long"),
-                        help="only bertforge embed vs SentenceTransformer.encode on this profile, alternated in one "
-                             "process, with a cProfile of each (the first --models)")
+    parser.add_argument("--paired", nargs="+", choices=("short", "medium", "long"),
+                        help="only bertforge embed vs SentenceTransformer.encode on these profiles and --models, "
+                             "alternated in one process, --rounds times; with --write-profile a torch.profiler "
+                             "table of each side goes to benchmarks/results/inference_profile.md")
+    parser.add_argument("--rounds", type=int, default=5, help="--paired: timed rounds of each side (medians)")
+    parser.add_argument("--write-profile", action="store_true", help="--paired: profile each side, write the tables")
     parser.add_argument("--table", action="store_true", help="print --out's results as the docs' markdown table")
     parser.add_argument("--profiles", nargs="+", default=["short", "medium", "long"])
     parser.add_argument("--models", nargs="+", default=["minilm", "tiny-bert"])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    parser.add_argument("--texts", type=int, nargs=3, default=[1000, 500, 100], metavar=("SHORT", "MEDIUM", "LONG"))
+    parser.add_argument("--texts", type=int, nargs=3, metavar=("SHORT", "MEDIUM", "LONG"),
+                        help=f"texts per profile (default {FULL_TEXTS}, with --quick {QUICK_TEXTS})")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--bertforge-backends", action="store_true",
@@ -429,18 +531,17 @@ def main() -> None:
     parser.add_argument("--optimum-python", help="a Python with optimum-onnx installed (its peers are skipped without)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bertforge-inference-benchmark"))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"every comparison with fewer texts ({QUICK_TEXTS[0]} short, {QUICK_TEXTS[1]} medium, "
+                             f"{QUICK_TEXTS[2]} long unless --texts says), for a 20-minute quiet window")
     args = parser.parse_args()
+    if args.texts is None:
+        args.texts = list(QUICK_TEXTS if args.quick else FULL_TEXTS)
     if args.run_arm:
         run_arm(json.loads(args.run_arm.read_text()))
         return
     if args.paired:
-        import transformers
-
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_source()))
-        counts = dict(zip(("short", "medium", "long"), args.texts, strict=True))
-        makers = {"short": short_texts, "medium": medium_texts, "long": lambda n: long_texts(n, tokenizer)}
-        model_dir = build_models(args.work / "models")[args.models[0]]["embeddings"]
-        paired_embeddings(model_dir, makers[args.paired](counts[args.paired]), args.passes + 1, args.threads)
+        paired_run(args)
         return
     if args.table:
         print(markdown_table(json.loads(args.out.read_text())))
@@ -461,49 +562,94 @@ def main() -> None:
         arms += [Arm(task, f"bertforge {backend}") for task in ("embeddings", "classification")
                  if task in args.tasks for backend in BERTFORGE_BACKENDS]
     report: dict[str, Any] = {"machine": machine_description("cpu"), "threads": args.threads,
-                              "passes": args.passes, "rows": []}
-    if args.startup_runs:
-        report["startup"] = startup_rows(args.work, models, short_texts(8), args.startup_runs)
+                              "passes": args.passes, "quick": args.quick, "rows": []}
+    profiles: dict[str, dict[str, Any]] = {}
     for profile in args.profiles:
         texts = makers[profile](counts[profile])
         lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
         texts_path = args.work / f"{profile}.json"
         texts_path.write_text(json.dumps(texts), encoding="utf-8")
+        profiles[profile] = {"texts": len(texts), "mean_tokens": float(np.mean(lengths)), "path": texts_path}
         print(f"{profile}: {len(texts)} texts, {np.mean(lengths):.0f} tokens on average, {max(lengths)} at most",
               flush=True)
-        for model in args.models:
-            for arm in arms:
-                python = child_python(arm, args.optimum_python)
-                row: dict[str, Any] = {"profile": profile, "texts": len(texts), "mean_tokens": float(np.mean(lengths)),
-                                       "model": model, "task": arm.task, "peer": arm.peer}
-                if python is None:
-                    report["rows"].append(row | {"skipped": "no --optimum-python"})
-                    continue
-                tag = f"{profile}-{model}-{arm.task}-{arm.peer.replace(' ', '-')}"
-                model_dir = models[model][arm.task]
-                if arm.optimum and arm.task == "embeddings":  # ST writes its ONNX files beside the model
-                    model_dir = args.work / "models" / model / "embeddings-onnx"
-                    if not model_dir.is_dir():
-                        shutil.copytree(models[model]["embeddings"], model_dir)
-                spec = {"task": arm.task, "peer": arm.peer, "model_dir": str(model_dir), "texts": str(texts_path),
-                        "threads": args.threads, "passes": args.passes, "out": str(args.work / "out" / tag),
-                        "work": str(args.work / "ort" / model / arm.task)}
-                (args.work / "out").mkdir(exist_ok=True)
-                spec_path = args.work / "out" / f"{tag}.spec.json"
-                spec_path.write_text(json.dumps(spec))
-                child = subprocess.run([python, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
-                                       stdout=sys.stderr, env=os.environ | {"OMP_NUM_THREADS": str(args.threads)})
-                if child.returncode != 0:
+    plan = [(model, arm) for model in args.models for arm in arms
+            if child_python(arm, args.optimum_python) is not None]
+    minutes = expected_seconds(args, plan, profiles) / 60
+    print(f"expected duration: about {minutes:.0f} min ({len(plan)} child processes; estimated from the texts/s of "
+          f"the previous results where they have the row, measured on a loaded machine: less on idle cores)",
+          flush=True)
+    if args.startup_runs:
+        report["startup"] = startup_rows(args.work, models, short_texts(8), args.startup_runs)
+    started = time.perf_counter()
+    for model in args.models:
+        for arm in arms:
+            python = child_python(arm, args.optimum_python)
+            rows = {profile: {"profile": profile, "texts": facts["texts"], "mean_tokens": facts["mean_tokens"],
+                              "model": model, "task": arm.task, "peer": arm.peer}
+                    for profile, facts in profiles.items()}
+            if python is None:
+                report["rows"] += [row | {"skipped": "no --optimum-python"} for row in rows.values()]
+                continue
+            tag = f"{model}-{arm.task}-{arm.peer.replace(' ', '-')}"
+            model_dir = models[model][arm.task]
+            if arm.optimum and arm.task == "embeddings":  # ST writes its ONNX files beside the model
+                model_dir = args.work / "models" / model / "embeddings-onnx"
+                if not model_dir.is_dir():
+                    shutil.copytree(models[model]["embeddings"], model_dir)
+            (args.work / "out").mkdir(exist_ok=True)
+            outs = {profile: str(args.work / "out" / f"{profile}-{tag}") for profile in profiles}
+            spec = {"task": arm.task, "peer": arm.peer, "model_dir": str(model_dir), "threads": args.threads,
+                    "passes": args.passes, "work": str(args.work / "ort" / model / arm.task),
+                    "profiles": [{"texts": str(facts["path"]), "out": outs[profile]}
+                                 for profile, facts in profiles.items()]}
+            spec_path = args.work / "out" / f"{tag}.spec.json"
+            spec_path.write_text(json.dumps(spec))
+            for out in outs.values():
+                Path(out + ".json").unlink(missing_ok=True)  # a failed child must not leave an earlier run's result
+            child = subprocess.run([python, str(Path(__file__).resolve()), "--run-arm", str(spec_path)],
+                                   stdout=sys.stderr, env=os.environ | {"OMP_NUM_THREADS": str(args.threads)})
+            for profile, row in rows.items():
+                if not Path(outs[profile] + ".json").is_file():
                     report["rows"].append(row | {"failed": f"exit code {child.returncode}"})
                     continue
-                row |= json.loads(Path(spec["out"] + ".json").read_text())
+                row |= json.loads(Path(outs[profile] + ".json").read_text())
                 reference = str(args.work / "out" / f"{profile}-{model}-{arm.task}-bertforge")
                 if arm.peer != "bertforge":
-                    row |= difference(arm.task, reference, spec["out"])
+                    row |= difference(arm.task, reference, outs[profile])
                 report["rows"].append(row)
                 print(json.dumps(row), flush=True)
-                write_report(report, args.out)  # after every row: a long run interrupted keeps what it measured
-    print(f"wrote {args.out}")
+            report["seconds"] = time.perf_counter() - started
+            write_report(report, args.out)  # after every child: a long run interrupted keeps what it measured
+    print(f"wrote {args.out} ({(time.perf_counter() - started) / 60:.1f} min after the start-up rows)")
+
+
+CHILD_START_SECONDS = 10  # a child's imports and model load (bertforge's cold embed: 5-15 s, loaded machine)
+EXPORT_SECONDS = {"optimum ort": 40, "optimum ort-int8": 60, "sentence-transformers onnx": 30,
+                  "sentence-transformers onnx-int8": 50}  # first run only: later runs read the files in --work
+UNKNOWN_TEXTS_PER_SECOND = 5.0  # a row the previous results lack: as slow as MiniLM on long texts
+STARTUP_RUN_SECONDS = 10  # one cold `bertforge embed|predict` on 8 texts
+
+
+def expected_seconds(args: argparse.Namespace, plan: list[tuple[str, Arm]], profiles: dict[str, dict[str, Any]],
+                     ) -> float:
+    """What the run will take: each row's texts at the texts/s of the previous results (`--out`), the warm-up,
+    each child's start-up, the exports not yet in `--work`, and the cold start-ups timed."""
+    previous: dict[tuple[str, str, str, str], float] = {}
+    source = args.out if args.out.is_file() else RESULTS
+    if source.is_file():
+        for row in json.loads(source.read_text()).get("rows", []):
+            if "texts_per_second" in row:
+                previous[row["profile"], row["model"], row["task"], row["peer"]] = row["texts_per_second"]
+    seconds = 2 * args.startup_runs * STARTUP_RUN_SECONDS + len(plan) * CHILD_START_SECONDS
+    for model, arm in plan:
+        for profile, facts in profiles.items():
+            speed = previous.get((profile, model, arm.task, arm.peer), UNKNOWN_TEXTS_PER_SECOND)
+            seconds += (facts["texts"] * args.passes + 8) / speed
+        if arm.peer in EXPORT_SECONDS:
+            exported = (args.work / "ort" / model / arm.task / ("ort-int8" if arm.peer.endswith("int8") else "ort-fp32")
+                        if arm.peer.startswith("optimum") else args.work / "models" / model / "embeddings-onnx" / "onnx")
+            seconds += 0 if exported.is_dir() else EXPORT_SECONDS[arm.peer]
+    return seconds
 
 
 def write_report(report: dict[str, Any], out: Path) -> None:
