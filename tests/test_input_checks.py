@@ -22,12 +22,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers.cli import error_line
 
+from bertforge.cli import main
 from bertforge.config import load_config
 from bertforge.data.labels import Columns, read_labeled_split
 from bertforge.data.sources import iter_documents, resolve_inputs
 from bertforge.data.tokenizer import save_tokenizer, train_wordpiece
 from bertforge.errors import ConfigError, DataError
+from bertforge.size_limits import LIFT_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,14 +160,18 @@ def test_a_text_that_is_not_a_string_is_refused_in_labeled_data_and_in_documents
 # sizes
 
 
-def test_an_absurd_vocabulary_size_is_one_line_and_a_flag_lifts_the_limit(tmp_path: Path) -> None:
+def test_an_absurd_vocabulary_size_is_one_line_and_a_flag_lifts_the_limit(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     text = corpus(tmp_path / "corpus.txt")
     result = bertforge("tokenizer", "train", "--input", str(text), "--vocab-size", "1000000000",
                        "--out", str(tmp_path / "huge"))
     assert_one_line_error(result, "--vocab-size 1,000,000,000", "--no-size-limits")
-    lifted = bertforge("--no-size-limits", "tokenizer", "train", "--input", str(text), "--vocab-size", "2000000",
-                       "--out", str(tmp_path / "lifted"))
-    assert lifted.returncode == 0, lifted.stderr
+    # the refusal above is the process's; the lifted run is the same code in this process. The flag lifts the
+    # limits for the process and its children through the environment: put it back after the test, or every
+    # later size check in this worker (and each command it starts) would pass
+    monkeypatch.setenv(LIFT_VARIABLE, "0")  # recorded, so the teardown removes what the flag sets
+    assert main(["--no-size-limits", "tokenizer", "train", "--input", str(text), "--vocab-size", "2000000",
+                 "--out", str(tmp_path / "lifted")]) == 0
     assert (tmp_path / "lifted" / "tokenizer.json").is_file()
 
 
@@ -174,44 +181,60 @@ def test_a_config_json_with_a_million_layers_is_refused_before_it_allocates(hf_m
     assert_one_line_error(result, f"{model}/config.json", "num_hidden_layers", "1,000,000")
 
 
-def test_a_model_larger_than_the_machine_is_refused_from_its_config_json(hf_model: Path, tmp_path: Path) -> None:
+# The million-layer cases run `bertforge` as its own process: the exit code and the one line of a real process,
+# and a check that regressed would allocate there, not in the test's worker. The other refusals come from the same
+# checks before any allocation, so their lines are read from `bertforge.cli.main` in this process.
+
+
+def test_a_model_larger_than_the_machine_is_refused_from_its_config_json(hf_model: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     model = edited_copy(hf_model, tmp_path / "wide", "config.json", vocab_size=100_000_000_000)
-    result = bertforge("fill-mask", str(model), "the quick [MASK] fox", timeout=120)
+    error = error_line(capsys, "fill-mask", str(model), "the quick [MASK] fox")
     memory = f"{psutil.virtual_memory().total / 1e9:,.1f} GB"
-    assert_one_line_error(result, f"{model}/config.json", "parameters", memory)
+    for fragment in (f"{model}/config.json", "parameters", memory):
+        assert fragment in error, error
 
 
 @pytest.mark.parametrize(("key", "value"), [("hidden_size", -16), ("hidden_size", 1e12),
                                             ("num_hidden_layers", "many"), ("intermediate_size", 0),
                                             ("hidden_size", 15)])
 def test_absurd_sizes_in_a_config_json_are_one_line_naming_the_key(hf_model: Path, tmp_path: Path, key: str,
-                                                                  value: object) -> None:
+                                                                  value: object,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     model = edited_copy(hf_model, tmp_path / "odd", "config.json", **{key: value})
+    error = error_line(capsys, "fill-mask", str(model), "the quick [MASK] fox")
+    assert f"{model}/config.json" in error and f"`{key}`" in error, error
+
+
+def test_a_million_layers_in_a_bertforge_model_json_is_one_line_before_it_allocates(bertforge_model: Path,
+                                                                                    tmp_path: Path) -> None:
+    model = edited_copy(bertforge_model, tmp_path / "deep", "bertforge_model.json", num_layers=1_000_000)
     result = bertforge("fill-mask", str(model), "the quick [MASK] fox", timeout=120)
-    assert_one_line_error(result, f"{model}/config.json", f"`{key}`")
+    assert_one_line_error(result, f"{model}/bertforge_model.json", "`num_layers` is 1,000,000")
 
 
-@pytest.mark.parametrize(("key", "value", "fragment"), [("num_layers", 1_000_000, "`num_layers` is 1,000,000"),
-                                                        ("hidden_size", 1_000_000, "GB of fp32 weights"),
+@pytest.mark.parametrize(("key", "value", "fragment"), [("hidden_size", 1_000_000, "GB of fp32 weights"),
                                                         ("num_layers", "many", "`num_layers` is 'many'")])
 def test_absurd_sizes_in_a_bertforge_model_json_are_one_line_before_it_allocates(
-        bertforge_model: Path, tmp_path: Path, key: str, value: object, fragment: str) -> None:
+        bertforge_model: Path, tmp_path: Path, key: str, value: object, fragment: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
     model = edited_copy(bertforge_model, tmp_path / "odd", "bertforge_model.json", **{key: value})
-    result = bertforge("fill-mask", str(model), "the quick [MASK] fox", timeout=120)
-    assert_one_line_error(result, f"{model}/bertforge_model.json", fragment)
+    error = error_line(capsys, "fill-mask", str(model), "the quick [MASK] fox")
+    assert f"{model}/bertforge_model.json" in error and fragment in error, error
 
 
 # ---------------------------------------------------------------------------------------------
 # configs and files that must never run code
 
 
-def test_extends_with_an_entry_that_is_not_a_path_is_one_line(tmp_path: Path) -> None:
+def test_extends_with_an_entry_that_is_not_a_path_is_one_line(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a.yaml").write_text("train: {max_steps: 3}\n", encoding="utf-8")
     (tmp_path / "run.yaml").write_text("extends: [a.yaml, 5]\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"run.yaml: `extends` is \['a.yaml', 5\]"):
         load_config(tmp_path / "run.yaml")
-    result = bertforge("finetune", str(tmp_path / "run.yaml"), "--print-config")
-    assert_one_line_error(result, "run.yaml", "`extends`")
+    error = error_line(capsys, "finetune", str(tmp_path / "run.yaml"), "--print-config")
+    assert "run.yaml" in error and "`extends`" in error, error
 
 
 def finetune_config(path: Path, run_dir: Path, tokenizer: Path, train_file: Path, **model: str) -> Path:
@@ -234,7 +257,7 @@ def test_a_python_tag_in_a_resumed_runs_config_yaml_is_one_line_and_never_runs(t
                                                                               tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "tagged"
     config = finetune_config(tmp_path / "run.yaml", run_dir, tokenizer_files, labeled_rows(tmp_path / "train.jsonl"))
-    assert bertforge("finetune", str(config)).returncode == 0
+    assert main(["finetune", str(config)]) == 0  # the run to resume, in this process; the refusal is a process's
     sentinel = tmp_path / "payload-ran"
     saved = run_dir / "config.yaml"
     saved.write_text(saved.read_text(encoding="utf-8")
@@ -268,9 +291,9 @@ def test_a_run_that_fails_its_checks_before_its_first_step_leaves_no_run_directo
     result = bertforge("finetune", str(finetune_config(tmp_path / "run.yaml", run_dir, tokenizer_files, train)))
     assert_one_line_error(result, f"{train}:2")
     assert not run_dir.exists()
-    # fixed, the same command runs in the same place
+    # fixed, the same command runs in the same place (in this process: the refusal above was the process's)
     labeled_rows(train)
-    assert bertforge("finetune", str(tmp_path / "run.yaml")).returncode == 0
+    assert main(["finetune", str(tmp_path / "run.yaml")]) == 0
     assert (run_dir / "final").is_dir()
 
 
