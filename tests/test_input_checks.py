@@ -167,12 +167,15 @@ def test_an_absurd_vocabulary_size_is_one_line_and_a_flag_lifts_the_limit(tmp_pa
                        "--out", str(tmp_path / "huge"))
     assert_one_line_error(result, "--vocab-size 1,000,000,000", "--no-size-limits")
     # the refusal above is the process's; the lifted run is the same code in this process. The flag lifts the
-    # limits for the process and its children through the environment: put it back after the test, or every
-    # later size check in this worker (and each command it starts) would pass
-    monkeypatch.setenv(LIFT_VARIABLE, "0")  # recorded, so the teardown removes what the flag sets
+    # limits for the call (and the processes it starts) through the environment, and the call puts the
+    # environment back: a later size check in this process is not lifted
+    monkeypatch.delenv(LIFT_VARIABLE, raising=False)
     assert main(["--no-size-limits", "tokenizer", "train", "--input", str(text), "--vocab-size", "2000000",
                  "--out", str(tmp_path / "lifted")]) == 0
     assert (tmp_path / "lifted" / "tokenizer.json").is_file()
+    assert LIFT_VARIABLE not in os.environ
+    assert main(["tokenizer", "train", "--input", str(text), "--vocab-size", "2000000",
+                 "--out", str(tmp_path / "refused")]) == 2
 
 
 def test_a_config_json_with_a_million_layers_is_refused_before_it_allocates(hf_model: Path, tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from rich.markup import escape
 from bertforge import __version__
 from bertforge.console import NORMAL, QUIET, VERBOSE, console, setup_logging
 from bertforge.errors import INTERNAL_ERROR_EXIT_CODE, USER_ERROR_EXIT_CODE, BertforgeError, user_message
-from bertforge.size_limits import lift_limits
+from bertforge.size_limits import LIFT_VARIABLE, lift_limits
 
 COMMAND_MODULES = [
     "bertforge.commands.quickstart",
@@ -142,10 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     # the command a model card names, for this call only: a later run through the Python API in the same
     # process (a notebook, a test) must not be credited to it
     remember_command(list(argv) if argv is not None else sys.argv[1:])
+    # --no-size-limits lifts the limits through the environment (for this process and the ones it starts);
+    # when the call returns, a process that goes on (a notebook, a test) gets its own setting back
+    limits_before = os.environ.get(LIFT_VARIABLE)
     try:
         return _run_command(argv)
     finally:
         remember_command(None)
+        if limits_before is None:
+            os.environ.pop(LIFT_VARIABLE, None)
+        else:
+            os.environ[LIFT_VARIABLE] = limits_before
 
 
 def _run_command(argv: list[str] | None) -> int:
