@@ -22,7 +22,7 @@ gives each arm's median over the rounds and HF ÷ bertforge of the medians. DeBE
 attention cannot use a varlen kernel: bertforge computes its scores explicitly on SDPA's packed rows
 (`models/disentangled_attention.py`; `bertforge doctor` says so), which the table states.
 
-    .venv/bin/python benchmarks/family_speed.py --json benchmarks/results/family_speed.json   # the table
+    .venv/bin/python benchmarks/family_speed.py --json benchmarks/results/family_speed.json   # 2 threads, 256 rows, 3 rounds
     .venv/bin/python benchmarks/family_speed.py --quick        # smoke test: tiny shape, 64 rows, 1 round
 """
 
@@ -313,7 +313,7 @@ def main() -> int:
     parser.add_argument("--families", type=lambda s: s.split(","), default=list(FAMILIES),
                         help=f"comma-separated: {', '.join(FAMILIES)}")
     parser.add_argument("--shape", choices=SHAPES, default="small")
-    parser.add_argument("--train-rows", type=int, default=1024, help="supersense rows of one epoch")
+    parser.add_argument("--train-rows", type=int, default=256, help="supersense rows of one epoch")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="repetitions of every family's pair of runs")
     parser.add_argument("--vocab-size", type=int, default=8192, help="every tokenizer's (padded to x64)")
