@@ -105,3 +105,29 @@ def test_a_tracker_that_cannot_start_is_a_one_line_config_error(tmp_path: Path,
     with pytest.raises(ConfigError, match=r"^log.mlflow_experiment: MLflow did not start \(.*\); check") as caught:
         MetricsLogger(tmp_path, config, enabled=True)
     assert "\n" not in str(caught.value)
+
+
+def test_a_rewound_tensorboard_log_is_read_after_an_interrupted_attempts_file_of_the_same_second(
+        tmp_path: Path) -> None:
+    """TensorBoard reads a run's event files in name order (whole seconds, host, pid): a killed attempt's file
+    named in the same second as the rewound writer's, with a pid that sorts later, was read after the purge, and
+    its steps came back (a test that re-ran in the same process right after a kill -9 saw steps 1-9 for 1-4)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "run"
+    killed = SummaryWriter(log_dir=str(run / "tensorboard"))
+    for step in range(1, 7):
+        killed.add_scalar("train/loss", 5.0, step)
+    killed.close()
+    (written,) = (run / "tensorboard").glob("events.out.tfevents.*")
+    # the attempt's name as if it were written this second (or the next) by a process whose pid sorts last
+    written.rename(written.with_name(f"events.out.tfevents.{int(time.time()) + 1:010d}.host.99999999.0"))
+    logger = MetricsLogger(run, load_config(None, ["log.tensorboard=true"]), enabled=True)
+    logger.rewind(0)
+    for step in range(1, 5):
+        logger.write(step, "train", {"loss": 1.0})
+    logger.close()
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("train/loss")] == [1, 2, 3, 4]

@@ -26,6 +26,18 @@ from bertforge.errors import ConfigError, first_line
 from bertforge.run_directory import CONFIG_FILE, RunDirectory
 
 
+def _after_the_last_event_file(directory: Path) -> None:
+    """Wait, at most a second, until a new event file's name sorts after every file in `directory`.
+    TensorBoard reads a run's event files in name order, `events.out.tfevents.<whole seconds>.<host>.<pid>...`,
+    and the purge only drops the events read before it: an interrupted attempt's file from the same second
+    as the rewound writer's (a re-run started at once, in the same process) sorted after it when its pid
+    did, and TensorBoard showed the dead attempt's steps again (seen in the suite)."""
+    newest = max((int(parts[3]) for path in directory.glob("events.out.tfevents.*")
+                  if len(parts := path.name.split(".")) > 3 and parts[3].isdigit()), default=None)
+    if newest is not None and time.time() < newest + 1:
+        time.sleep(newest + 1 - time.time())
+
+
 class MetricsLogger:
     def __init__(self, run_dir: Path, config: Config, enabled: bool) -> None:
         self.enabled = enabled
@@ -98,6 +110,7 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tensorboard.close()
+            _after_the_last_event_file(self.tensorboard_dir)
             self._tensorboard = SummaryWriter(log_dir=str(self.tensorboard_dir), purge_step=step + 1)
 
     def close(self) -> None:
