@@ -16,9 +16,10 @@ times the merged run's estimated time; a lone client is never held by it (its gr
 requests as the last run saw). It merges the groups (8 clients: 5.7-7.4 texts per run against 3.7-4.0), and
 one run of 8 glosses costs 0.62-0.96x two runs of 4 (all-MiniLM-L6-v2, 2 threads; `python -m benchmarks.serve
 --batch-cost 30`), but the model then idles for the clients' round trip every run, where the alternating
-groups overlap one group's HTTP work with the other's run: on a loaded 2-core machine it gained nothing
-overall (requests/s with/without over 8 interleaved rounds of 10 s: 0.65-1.68x, mean 1.02x), so it stays
-off unless measured to pay where the server runs (benchmarks/serve.py measures both).
+groups overlap one group's HTTP work with the other's run. On idle 2 cores `--linger 0.25` gave 1.25x the
+requests/s at 8 clients but 0.89x at 32 with a worse p99 (one run of benchmarks/serve.py, docs/benchmarks.md);
+loaded, 0.65-1.68x over 8 interleaved rounds at 8 clients. So it stays off unless measured to pay where the
+server runs (benchmarks/serve.py measures both).
 
 The queue is bounded: a request beyond `max_queue` waiting or running is refused at once (`QueueFull`, a 429)
 instead of waiting without end. A group whose run fails is run again one request at a time, so a bad request
