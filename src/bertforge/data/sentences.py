@@ -20,8 +20,8 @@ distinct whitespace-delimited word once and concatenating the cached ids gives e
 encoding the whole text: on the bundled corpus 2x faster with a cold cache, 4x with a warm one.
 It is used only where that identity holds: a tokenizer with BERT's pre-tokenizer, a normalizer that
 acts within words (BERT's, case and accent steps, and deletions of non-space characters such as
-`--normalize arabic`'s, alone or in a `Sequence`), added tokens without spaces, and documents free of the control characters that Python's `str.split` and
-BERT's `clean_text` treat differently. Everything else takes the plain path, in which very long
+`--normalize arabic`'s, alone or in a `Sequence`), added tokens without spaces, and documents free of
+the control characters that Python's `str.split` and BERT's `clean_text` treat differently. Everything else takes the plain path, in which very long
 documents are encoded in pieces of at most `PIECE_CHARS` characters cut at sentence ends (or at
 spaces), so a 10 MB line cannot stall a worker.
 """

@@ -37,14 +37,14 @@ from bertforge.models.families.family import (
     fill,
 )
 
+if TYPE_CHECKING:
+    import transformers
+
 EMBEDDINGS: tuple[KeyPair, ...] = (
     ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
     ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
     ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
 )
-
-if TYPE_CHECKING:
-    import transformers
 POSITIONS: tuple[KeyPair, ...] = (("embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),)
 TOKEN_TYPES: tuple[KeyPair, ...] = (
     ("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),)
