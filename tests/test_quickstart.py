@@ -12,13 +12,13 @@ import pytest
 from bertforge.config import load_run_config
 from bertforge.data.bundled import supersense_path
 from bertforge.quickstart import (
-    MlmResult,
     QuickstartPlan,
     StageResult,
     _print_summary,
     run_quickstart,
     write_supersense_subsets,
 )
+from bertforge.tasks.mlm_plateau import MlmStanding
 
 
 def test_supersense_subsets_are_spread_over_the_whole_split(tmp_path: Path) -> None:
@@ -84,12 +84,12 @@ def test_the_summary_warns_when_the_pretrained_model_is_still_on_the_mlm_plateau
     results = [StageResult("majority class", 0.124, None, 0.0),
                StageResult("tiny BERT, pre-trained", 0.173, tmp_path / "pretrained", 12.0),
                StageResult("tiny BERT, no pre-training", 0.242, tmp_path / "scratch", 11.0)]
-    _print_summary(results, tmp_path / "pretrain", MlmResult(accuracy, unigram), tmp_path / "tokenizer",
+    _print_summary(results, tmp_path / "pretrain", MlmStanding(accuracy, unigram), tmp_path / "tokenizer",
                    tmp_path / "data", 60.0, pretrain_steps=200)
     printed = " ".join(capsys.readouterr().out.split())
     assert ("still on the MLM plateau after 200 steps" in printed) is warns
     if warns:
-        assert f"MLM accuracy {accuracy:.3f} is at or below the unigram baseline {unigram:.3f}" in printed
+        assert f"MLM accuracy {accuracy:.4f} is at or below the unigram baseline {unigram:.4f}" in printed
         assert "--pretrain-steps" in printed
     if accuracy is not None:
         assert f"(validation MLM accuracy {accuracy:.3f}, unigram baseline {unigram:.3f})" in printed

@@ -22,6 +22,7 @@ from bertforge.config import Config, finetune_defaults, load_config
 from bertforge.console import console, log, stdout_console
 from bertforge.data.bundled import corpus_path, supersense_labels, supersense_lines
 from bertforge.run_directory import RunDirectory
+from bertforge.tasks.mlm_plateau import MlmStanding, UnigramGuess, plateau_warning
 
 CONFIGS = Path(__file__).resolve().parent / "recipes"
 
@@ -42,38 +43,13 @@ class QuickstartPlan:
     seed: int = 42  # run.seed of every training stage: weights, data order, masking, dropout
 
 
-@dataclass(frozen=True)
-class MlmResult:
-    """The pre-trained model's last validation MLM accuracy, and the unigram baseline on the same masked tokens
-    (always predicting the most frequent one: `PretrainTask.evaluate`'s `mlm_unigram_accuracy`)."""
-
-    accuracy: float | None
-    unigram_accuracy: float | None
-
-    def on_plateau(self) -> bool:
-        """A model no better than the unigram baseline has learnt token frequencies and little else yet: MLM
-        training sits there for a while before it starts to use the context, and fine-tuning from such a model
-        can do worse than from random weights (the guide's 200-step demo: 0.173 against 0.242)."""
-        return self.accuracy is not None and self.unigram_accuracy is not None and (
-            self.accuracy <= self.unigram_accuracy)
-
-    def describe(self) -> str:
-        if self.accuracy is None:
-            return ""
-        baseline = f", unigram baseline {self.unigram_accuracy:.3f}" if self.unigram_accuracy is not None else ""
-        return f"  (validation MLM accuracy {self.accuracy:.3f}{baseline})"
-
-
-def plateau_warning(mlm: MlmResult, pretrain_steps: int | None = None) -> str | None:
-    """What the summary says when pre-training never left the MLM plateau; None when it did."""
-    if not mlm.on_plateau():
-        return None
-    steps = f" after {pretrain_steps:,} steps" if pretrain_steps is not None else ""
-    return (f"the pre-trained model is still on the MLM plateau{steps}: its validation MLM accuracy "
-            f"{mlm.accuracy:.3f} is at or below the unigram baseline {mlm.unigram_accuracy:.3f} (always predicting "
-            "the most frequent token), so it has learnt little beyond token frequencies and the comparison above "
-            f"does not show what pre-training buys; pre-train longer (--pretrain-steps, default "
-            f"{QuickstartPlan().pretrain_steps})")
+def quickstart_plateau_warning(mlm: MlmStanding, pretrain_steps: int | None = None,
+                               guess: UnigramGuess | None = None) -> str | None:
+    """What the summary says when pre-training never left the MLM plateau (`bertforge.tasks.mlm_plateau`); None
+    when it did."""
+    return plateau_warning(mlm, subject="the pre-trained model", steps=pretrain_steps, guess=guess, advice=(
+        "the comparison above does not show what pre-training buys; pre-train longer (--pretrain-steps, default "
+        f"{QuickstartPlan().pretrain_steps})"))
 
 
 @dataclass
@@ -153,8 +129,9 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     pretrain_config = load_config(CONFIGS / "quickstart-pretrain.yaml", [
         f"run.output_dir={out}", f"run.seed={plan.seed}", f"data.path={data_dir}", f"data.seq_len={plan.seq_len}",
         f"train.max_steps={plan.pretrain_steps}"])
-    pretrain = finished(Trainer(pretrain_config, PretrainTask(pretrain_config)).fit())
-    mlm = MlmResult(pretrain.state.metrics.get("mlm_accuracy"), pretrain.state.metrics.get("mlm_unigram_accuracy"))
+    pretrain_task = PretrainTask(pretrain_config)
+    pretrain = finished(Trainer(pretrain_config, pretrain_task).fit())
+    mlm = MlmStanding.of(pretrain.state.metrics)
 
     splits = write_supersense_subsets(plan)
     finetune_overrides = [f"run.output_dir={out}", f"run.seed={plan.seed}", f"finetune.train_file={splits['train']}",
@@ -176,7 +153,7 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     results.append(_minilm(plan, finetune_overrides))
 
     _print_summary(results, pretrain.run_dir, mlm, tokenizer_dir, data_dir, time.perf_counter() - started,
-                   plan.pretrain_steps)
+                   plan.pretrain_steps, pretrain_task.unigram_guess)
     return results
 
 
@@ -194,8 +171,9 @@ def _minilm(plan: QuickstartPlan, overrides: list[str]) -> StageResult:
     return _timed("all-MiniLM-L6-v2", lambda: _finetune(config))
 
 
-def _print_summary(results: list[StageResult], pretrain_dir: Path, mlm: MlmResult, tokenizer_dir: Path,
-                   data_dir: Path, seconds: float, pretrain_steps: int | None = None) -> None:
+def _print_summary(results: list[StageResult], pretrain_dir: Path, mlm: MlmStanding, tokenizer_dir: Path,
+                   data_dir: Path, seconds: float, pretrain_steps: int | None = None,
+                   guess: UnigramGuess | None = None) -> None:
     table = Table(title="WordNet supersense classification (45 classes), test accuracy")
     for column in ("model", "test accuracy", "time", "run directory"):
         table.add_column(column, overflow="fold")
@@ -214,6 +192,6 @@ def _print_summary(results: list[StageResult], pretrain_dir: Path, mlm: MlmResul
         f"total time:          {seconds / 60:.1f} min",
     ]
     stdout_console.print("\n".join(lines))
-    warning = plateau_warning(mlm, pretrain_steps)
+    warning = quickstart_plateau_warning(mlm, pretrain_steps, guess)
     if warning is not None:
         stdout_console.print(f"[bold yellow]warning:[/] {warning}")

@@ -10,6 +10,7 @@
         latest  best             markers: the bare name of the newest / the best complete checkpoint
       final/                     the trained model directory (with its README.md model card)
       <split>_results.json       the finished run's evaluation of each split (with <split>_report.md, ...)
+      summary.json               a finished pre-training run's last validation, budget and MLM plateau verdict
 
 The trainer and the checkpoint manager write it; `locate`, inference, the model card, `plot`, the output
 guard and the GLUE runner read it, all through `RunDirectory` and the names here. A marker is a file a
@@ -45,6 +46,7 @@ LATEST_MARKER, BEST_MARKER = "latest", "best"
 CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
 RESUME_CONFIG = re.compile(r"^config-resume-(\d+)\.yaml$")
 RESULTS_SUFFIX = "_results.json"
+SUMMARY_FILE = "summary.json"
 
 
 def checkpoint_name(step: int) -> str:
@@ -156,6 +158,10 @@ class RunDirectory:
 
     def resume_config_file(self, segment: int) -> Path:
         return self.root / f"config-resume-{segment}.yaml"
+
+    @property
+    def summary_file(self) -> Path:
+        return self.root / SUMMARY_FILE
 
     def results_file(self, split: str) -> Path:
         return self.root / evaluation_file_names(split)[0]

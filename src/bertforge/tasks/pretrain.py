@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -24,12 +25,18 @@ from bertforge.data.tokenizer import load_tokenizer
 from bertforge.errors import ConfigError, DataError
 from bertforge.locate import resolve_model
 from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task
+from bertforge.tasks.mlm_plateau import PlateauWatch, UnigramGuess, unigram_accuracy, unigram_guess
 from bertforge.train.task import Batch, Task, TaskData
+
+if TYPE_CHECKING:
+    from bertforge.train.checkpoint import TrainingState
 
 MLM_TARGETS = ("masked_positions", "masked_labels", "next_sentence_label")  # what the heads score
 
 
 class PretrainTask(Task):
+    unigram_guess: UnigramGuess | None = None  # the training data's most frequent token, counted once (build_datasets)
+
     def build_datasets(self) -> TaskData:
         data = self.config.data
         if data.path is None:
@@ -49,6 +56,8 @@ class PretrainTask(Task):
         self._check_tokenizer(tokenizer.fingerprint, train.manifest["tokenizer"]["fingerprint"])
         self.vocab_size = tokenizer.vocab_size
         self.pad_id = tokenizer.pad_id
+        self.unigram_guess = unigram_guess(train, tokenizer)
+        self.plateau_watch = PlateauWatch()
         masking = MaskingSettings(mask_prob=data.mask_prob, mask_replace_prob=data.mask_replace_prob,
                                   random_replace_prob=data.random_replace_prob,
                                   whole_word=data.whole_word_masking, seed=self.config.run.seed)
@@ -142,12 +151,22 @@ class PretrainTask(Task):
                 nsp_correct += float(output.nsp_correct)
                 sequences += int(batch["num_samples"])
         results = {"mlm_loss": mlm_loss / max(masked, 1), "mlm_accuracy": mlm_correct / max(masked, 1),
-                   "mlm_unigram_accuracy": unigram_baseline(batches)}
+                   "mlm_unigram_accuracy": unigram_accuracy(batches, self._guess())}
         results["mlm_perplexity"] = float(torch.tensor(results["mlm_loss"]).exp())
         if self.nsp:
             results["nsp_loss"] = nsp_loss / max(sequences, 1)
             results["nsp_accuracy"] = nsp_correct / max(sequences, 1)
         return results
+
+    def _guess(self) -> UnigramGuess:
+        assert self.unigram_guess is not None, "build_datasets counts it before any evaluation"
+        return self.unigram_guess
+
+    def report_evaluation(self, results: dict[str, float], state: TrainingState, fraction_done: float) -> None:
+        warning = self.plateau_watch.check(results, step=state.step, tokens=state.consumed_tokens,
+                                           fraction_done=fraction_done, guess=self.unigram_guess)
+        if warning is not None:
+            log.warning(warning)
 
     def flops_per_token(self, model: nn.Module) -> float:
         return pretraining_flops_per_token(model, self.config.data.seq_len, self.config.data.mask_prob)
@@ -173,15 +192,6 @@ def pretraining_flops_per_token(model: nn.Module, seq_len: int, mask_prob: float
     attention = 2 * 2 * layers * seq_len * hidden  # QK^T and AV per token (average full-length context)
     mlm_head = mask_prob * (2 * hidden * config.vocab_size + 2 * hidden * hidden)
     return 3 * (2 * encoder + attention + mlm_head)
-
-
-def unigram_baseline(batches: Iterable[Batch]) -> float:
-    """MLM accuracy of always predicting the most frequent masked token: the bar to beat."""
-    labels = [batch["masked_labels"] for batch in batches]
-    if not labels or sum(label.numel() for label in labels) == 0:
-        return 0.0
-    counts = torch.bincount(torch.cat(labels))
-    return float(counts.max()) / float(counts.sum())
 
 
 def _first_samples(loader: Iterable[Batch], limit: int | None) -> list[Batch]:

@@ -11,13 +11,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 from bertforge.config import Config
 from bertforge.data.sampler import EpochPlan
+
+if TYPE_CHECKING:
+    from bertforge.train.checkpoint import TrainingState
 
 Batch = dict[str, Any]
 
@@ -130,6 +133,10 @@ class Task:
             loss, _ = self.forward_step(batch, model)
             total, count = total + float(loss), count + 1
         return {"loss": total / max(count, 1)}
+
+    def report_evaluation(self, results: dict[str, float], state: TrainingState, fraction_done: float) -> None:
+        """Called on rank 0 after each evaluation has been logged, for the task's own remarks on its figures (the
+        pre-training task's MLM plateau); `fraction_done` is how far into its budget the run is, in [0, 1]."""
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer | None:
         """Return an optimizer to replace the configured one; None keeps `optim.*`."""

@@ -380,7 +380,7 @@ class Trainer:
                 else:
                     progress.update(state.step, {})
                 if self._should_evaluate(state, total_steps) and validation is not None:
-                    improved = self._evaluate(validation, state)
+                    improved = self._evaluate(validation, state, total_steps)
                     state.evaluations_without_improvement = 0 if improved else state.evaluations_without_improvement + 1
                     if self._patience_spent(state):
                         log.info(f"early stopping at step {state.step}: no improvement of "
@@ -551,7 +551,7 @@ class Trainer:
             return True
         return self._budget_spent(state, total_steps)
 
-    def _evaluate(self, validation: Any, state: TrainingState) -> bool:
+    def _evaluate(self, validation: Any, state: TrainingState, total_steps: int | None) -> bool:
         self.model.eval()
         with torch.no_grad(), self.precision.autocast(self.device):
             results = self.task.evaluate(self.model, validation)
@@ -559,6 +559,9 @@ class Trainer:
         state.metrics = {k: float(v) for k, v in results.items()}
         summary = "  ".join(f"{k} {v:.4f}" for k, v in results.items())
         log.info(f"step {state.step} validation: {summary}")
+        if self.env.is_main:
+            self.task.report_evaluation(results, state, run_fraction(step=state.step, total_steps=total_steps or 1,
+                                                                     progress=self._progress_fraction(state)))
         metric = self.config.train.best_metric
         if metric is None:
             return False
