@@ -88,7 +88,10 @@ not mixed in). The report is built from every result in the store, so a study ca
 The corpora (`--corpus`): `bundled` (the KJV and the supersense training glosses), `debian-docs`
 (`scripts/build_pretraining_corpus.py`) and `mixed`: every k-th debian-docs document, k chosen for 2/3 of
 the text, and the whole bundled corpus, spread evenly through one file written into the work directory
-(`write_mixed_corpus`), so that the one corpus covers the text of both downstream tasks. Studies are run in parts, e.g.:
+(`write_mixed_corpus`), so that the one corpus covers the text of both downstream tasks, and `tech-dictionaries`: the
+FOLDOC, Jargon File and V.E.R.A. dictd databases (`apt-get install dict-foldoc dict-jargon dict-vera`),
+6.8 MB of technical English that neither task's text is drawn from (`tech_dictionaries_corpus`; no line
+of it of three or more words is a line of either task's text). Studies are run in parts, e.g.:
 
     .venv/bin/python benchmarks/time_to_quality.py --quick --arms a,b,c           # smoke run, a few minutes
     .venv/bin/python benchmarks/time_to_quality.py --corpus debian-docs --arms a,b --budgets 10,20,40

@@ -63,8 +63,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: bert-tiny, 0.3-minute budgets, 1 downstream seed on 256/128 rows")
     parser.add_argument("--corpus", default="bundled", choices=CORPORA,
-                        help="bundled (KJV + WordNet glosses), debian-docs (scripts/build_pretraining_corpus.py) or "
-                             "mixed (every 6th-or-so debian-docs document for 2/3 of the text, all of bundled)")
+                        help="bundled (KJV + WordNet glosses), debian-docs (scripts/build_pretraining_corpus.py), "
+                             "mixed (every 6th-or-so debian-docs document for 2/3 of the text, all of bundled) or "
+                             "tech-dictionaries (FOLDOC, Jargon File, V.E.R.A.: `apt-get install dict-foldoc "
+                             "dict-jargon dict-vera`; neither task's text)")
     parser.add_argument("--budgets", default=None, help="training minutes per run, comma-separated (10,20,40)")
     parser.add_argument("--arms", default=",".join(ARMS), help="arms to run, comma-separated (a,b,c,d)")
     parser.add_argument("--seeds", default="42", help="pre-training seeds, comma-separated (42)")

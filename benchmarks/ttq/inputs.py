@@ -11,13 +11,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.corpora import corpus_documents, debian_docs_corpus, write_mixed_corpus
+from benchmarks.common.corpora import (
+    corpus_documents,
+    debian_docs_corpus,
+    tech_dictionaries_corpus,
+    write_mixed_corpus,
+)
 from benchmarks.common.hf_arms import hf_training_dataset
 from benchmarks.common.mlm import SEQ_LEN, VOCAB_SIZE
 from benchmarks.common.tasks import load_task, tasks_dir
 from benchmarks.ttq.settings import DOWNSTREAM_TASKS, SHAPE_KEYS
 
-CORPORA = ("bundled", "debian-docs", "mixed")
+CORPORA = ("bundled", "debian-docs", "mixed", "tech-dictionaries")
 # The mixed corpus: debian-docs documents for two thirds of its bytes, the whole bundled corpus for the
 # other third. Each single corpus covers the text of one downstream task (debian-docs the manpages'
 # technical prose, bundled the supersense glosses), and on each the budget recipe beat HF on that task
@@ -27,12 +32,14 @@ MIXED_DEBIAN_DOCS_SHARE = 2 / 3
 
 
 def corpus_file(name: str, work: Path) -> Path:
-    """The corpus text file (the mixed one is written under `work` once); a missing debian-docs corpus ends the
-    program with the command that builds it."""
+    """The corpus text file (the mixed one is written under `work` once, tech-dictionaries into the cache); a
+    missing debian-docs corpus or dictd database ends the program with the command that builds or installs it."""
     from bertforge.data.bundled import corpus_path
 
     if name == "bundled":
         return corpus_path()
+    if name == "tech-dictionaries":  # neither downstream task's text: FOLDOC, Jargon File, V.E.R.A. (Debian's dictd)
+        return tech_dictionaries_corpus()
     path = debian_docs_corpus()
     if name == "debian-docs":
         return path
