@@ -48,7 +48,7 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
         self.problem_type = problem_type
         self.label_names = list(label_names) if label_names is not None else None
         self.encoder = BertforgeModel(config)
-        self.head = SequenceHead(config, num_labels)
+        self.head = SequenceHead(config, num_labels, input_dropout=config.classifier_input_dropout)
         init_head(self.head, config)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,

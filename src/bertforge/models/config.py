@@ -22,6 +22,7 @@ NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "relu_pooler", "gelu_pooler", "cls", "mean", "last")
+TOKEN_CLASSIFIER_DROPOUTS = ("classifier", "hidden")  # which rate a token classifier's dropout takes
 VOCAB_MULTIPLE = 64
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
                "type_vocab_size", "local_attention_window", "global_every_n", "position_offset", "embedding_size",
@@ -70,6 +71,8 @@ class EncoderConfig:
     hidden_dropout: float = 0.1  # dropout on embeddings and on each sub-layer's output
     attention_dropout: float = 0.1  # dropout on attention probabilities
     classifier_dropout: float | None = None  # dropout before a sequence classifier; None = hidden_dropout
+    classifier_input_dropout: bool = False  # the sequence classifier also drops out the pooled token before its dense layer, at classifier_dropout's rate: HF's RoBERTa, ELECTRA and MPNet classification heads run dropout, dense, activation, dropout, out_proj (BERT's pooler and DistilBERT's pre_classifier have no first dropout); the multiple-choice scorer never does
+    token_classifier_dropout: str = "classifier"  # the token classifier's dropout rate: classifier (classifier_dropout, else hidden_dropout: HF BERT, RoBERTa, ELECTRA) | hidden (hidden_dropout whatever classifier_dropout is: HF DistilBERT, DeBERTa-v2, MPNet)
     norm_eps: float = 1e-12  # LayerNorm epsilon
     activation: str = "gelu"  # gelu (exact) | gelu_tanh | relu | silu — MLP and head activation
     position: str = "learned"  # learned | rope | alibi
@@ -99,7 +102,8 @@ class EncoderConfig:
             raise ConfigError(f"model `attention_backend` is {self.attention_backend!r}, which has no relative-position "
                               "terms; DeBERTa's disentangled attention computes its own scores: leave it auto")
         for name, choices in (("position", POSITIONS), ("mlp", MLPS), ("norm", NORMS), ("activation", ACTIVATIONS),
-                              ("attention_backend", ATTENTION_BACKENDS), ("pooling", POOLINGS)):
+                              ("attention_backend", ATTENTION_BACKENDS), ("pooling", POOLINGS),
+                              ("token_classifier_dropout", TOKEN_CLASSIFIER_DROPOUTS)):
             value = getattr(self, name)
             if value not in choices:
                 raise ConfigError(f"model `{name}` is {value!r}; expected one of {', '.join(choices)}")
@@ -167,6 +171,11 @@ class EncoderConfig:
     @property
     def effective_classifier_dropout(self) -> float:
         return self.hidden_dropout if self.classifier_dropout is None else self.classifier_dropout
+
+    @property
+    def token_dropout(self) -> float:
+        """The token classifier's dropout rate, as the family's HF *ForTokenClassification draws it."""
+        return self.hidden_dropout if self.token_classifier_dropout == "hidden" else self.effective_classifier_dropout
 
     def is_global_layer(self, layer_index: int) -> bool:
         """ModernBERT's alternation: with a window, layers 0, n, 2n, ... still attend to the whole sequence."""
@@ -250,23 +259,27 @@ PRESETS: dict[str, dict[str, Any]] = {
                             attention_dropout=0.0, mlp="geglu", norm="pre", bias=False, pooling="cls"),
     # RoBERTa: BERT's graph, positions numbered after the pad id (<pad> is 1 in its tokenizer), one token type
     "roberta-base": _preset(vocab_size=50304, hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
-                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
+                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5,
+                            classifier_input_dropout=True),
     "roberta-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512,
-                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5),
+                            max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5,
+                            classifier_input_dropout=True),
     # DistilBERT (distilbert-base-multilingual-cased's shape): BERT's post-norm layers, no token types, no pooler, the
     # classifier on pre_classifier+ReLU; hf_model_type names the family its export is written as
     "distilbert-base-multilingual-cased": _preset(vocab_size=119547, hidden_size=768, num_layers=6, num_heads=12,
                                                   intermediate_size=3072, type_vocab_size=0, classifier_dropout=0.2,
-                                                  pooling="relu_pooler", hf_model_type="distilbert"),
+                                                  pooling="relu_pooler", token_classifier_dropout="hidden",
+                                                  hf_model_type="distilbert"),
     "distilbert-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512, type_vocab_size=0,
-                               classifier_dropout=0.2, pooling="relu_pooler", hf_model_type="distilbert"),
+                               classifier_dropout=0.2, pooling="relu_pooler", token_classifier_dropout="hidden",
+                               hf_model_type="distilbert"),
     # DeBERTa-v3: no absolute positions, disentangled attention over 256 log buckets, no token types
     "deberta-v3-small": _preset(vocab_size=128128, hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072,
                                 type_vocab_size=0, norm_eps=1e-7, position="relative", pooling="gelu_pooler",
-                                disentangled_attention=DisentangledAttention()),
+                                token_classifier_dropout="hidden", disentangled_attention=DisentangledAttention()),
     "deberta-v3-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512, type_vocab_size=0,
                                norm_eps=1e-7, position="relative", pooling="gelu_pooler",
-                               disentangled_attention=DisentangledAttention()),
+                               token_classifier_dropout="hidden", disentangled_attention=DisentangledAttention()),
 }
 
 

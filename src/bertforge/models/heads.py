@@ -101,15 +101,21 @@ class SequenceHead(nn.Module):
     classifier.dense); relu_pooler: dense+ReLU on [CLS] (DistilBERT's pre_classifier); gelu_pooler: dense+GELU
     on [CLS] (ELECTRA's classifier.dense);
     cls / mean / last: [CLS], the token mean or the last token, then dense-act-norm (as HF
-    `ModernBertForSequenceClassification` does for cls and mean)."""
+    `ModernBertForSequenceClassification` does for cls and mean).
 
-    def __init__(self, config: EncoderConfig, num_outputs: int):
+    `input_dropout`: drop out the pooled vector before the dense layer too, at the classifier's rate, so the masks
+    are drawn where HF's RoBERTa/ELECTRA/MPNet `*ClassificationHead` draws them (dropout, dense, activation,
+    dropout, out_proj); off, the head is BERT's (pooler, dropout, classifier)."""
+
+    def __init__(self, config: EncoderConfig, num_outputs: int, *, input_dropout: bool = False):
         super().__init__()
         self.pooling = config.pooling
         pooler = config.pooling in POOLER_ACTIVATIONS
         self.pooler = Pooler(config, config.pooling) if pooler else None
         self.transform = PredictionTransform(config) if not pooler else None
         self.dropout = Dropout(config.effective_classifier_dropout)
+        # the same module as `dropout`, as HF applies its one nn.Dropout twice; None draws no mask at all
+        self.input_dropout = self.dropout if input_dropout else None
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
 
     def input_rows(self, cu_seqlens: torch.Tensor) -> torch.Tensor | None:
@@ -120,5 +126,7 @@ class SequenceHead(nn.Module):
         """Logits from the states of `input_rows`: every token's [tokens, hidden] for mean pooling, else
         one state per sequence [sequences, hidden]."""
         pooled = pool(hidden, cu_seqlens, self.pooling)
+        if self.input_dropout is not None:
+            pooled = self.input_dropout(pooled)
         pooled = self.pooler(pooled) if self.pooler is not None else self.transform(pooled)
         return self.classifier(self.dropout(pooled))

@@ -46,7 +46,7 @@ class BertforgeForTokenClassification(SavableModel, nn.Module):
         self.num_labels = num_labels
         self.label_names = list(label_names) if label_names is not None else None
         self.encoder = BertforgeModel(config)
-        self.dropout = Dropout(config.effective_classifier_dropout)
+        self.dropout = Dropout(config.token_dropout)  # the rate the family's HF token classifier takes
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         init_head(self.classifier, config)
 

@@ -168,7 +168,8 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
         position="learned" if getattr(hf, "position_biased_input", True) else "relative", mlp="gelu", norm="post",
         bias=True, tie_word_embeddings=True if not getattr(hf, "legacy", True) else bool(hf.tie_word_embeddings),
         pooling=POOLER_ACTIVATION_TO_POOLING[pooler_act], initializer_range=hf.initializer_range,
-        disentangled_attention=disentangled,
+        # DebertaV2ForTokenClassification drops out at hidden_dropout_prob, not cls_dropout
+        token_classifier_dropout="hidden", disentangled_attention=disentangled,
     )
 
 

@@ -95,7 +95,8 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
         classifier_dropout=float(hf.seq_classif_dropout), norm_eps=NORM_EPS,
         activation=activation_from_hf(hf.activation, source, "activation"), position="learned", mlp="gelu",
         norm="post", bias=True, tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
-        pooling="relu_pooler", initializer_range=hf.initializer_range,
+        # DistilBertForTokenClassification drops out at `dropout`, not seq_classif_dropout
+        pooling="relu_pooler", token_classifier_dropout="hidden", initializer_range=hf.initializer_range,
     )
 
 

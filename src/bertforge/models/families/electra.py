@@ -90,8 +90,9 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
         raise BertforgeError(f"{source}: summary_type/summary_use_proj/summary_activation are {summary}; bertforge "
                              f"imports ELECTRA checkpoints with transformers' defaults {SUMMARY} (dense+GELU on [CLS])")
     embedding_size = hf.embedding_size if hf.embedding_size != hf.hidden_size else None
+    # ElectraClassificationHead drops out [CLS] before its dense layer as well as after it
     return dataclasses.replace(bert_config_from_hf(hf, source), embedding_size=embedding_size,
-                               pooling="gelu_pooler", hf_model_type="electra")
+                               pooling="gelu_pooler", classifier_input_dropout=True, hf_model_type="electra")
 
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],

@@ -104,7 +104,10 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
         attention_dropout=hf.attention_probs_dropout_prob, norm_eps=hf.layer_norm_eps,
         activation=activation_from_hf(hf.hidden_act, source, "hidden_act"), position="learned", mlp="gelu",
         norm="post", bias=True, tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
-        pooling="pooler", initializer_range=hf.initializer_range, hf_model_type="mpnet",
+        # MPNetClassificationHead: dropout, dense, tanh, dropout, out_proj; every MPNet head drops out at
+        # hidden_dropout_prob (MPNetConfig has no classifier_dropout)
+        pooling="pooler", classifier_input_dropout=True, token_classifier_dropout="hidden",
+        initializer_range=hf.initializer_range, hf_model_type="mpnet",
     )
 
 

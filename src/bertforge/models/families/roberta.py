@@ -54,8 +54,9 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
     if hf.pad_token_id is None:
         raise BertforgeError(f"{source}: no pad_token_id in config.json; RoBERTa's positions start after it "
                              "(roberta-base: 1), so give it")
+    # RobertaClassificationHead drops out <s> before its dense layer as well as after it
     return dataclasses.replace(bert_config_from_hf(hf, source), position_offset=hf.pad_token_id + 1,
-                               hf_model_type=hf.model_type)
+                               classifier_input_dropout=True, hf_model_type=hf.model_type)
 
 
 def _family(model_type: str, prefix: str) -> ModelFamily:

@@ -1,0 +1,139 @@
+"""Every family's classifier heads drop out where, and at the rate, its stock `transformers` class does.
+
+In train mode the heads' dropout masks are random draws, so the only way two heads give the same
+logits is to draw the same masks: the same number of dropouts, in the same order, on tensors of the
+same shapes, at the same rates. Each test builds a tiny random model of the family with
+`transformers`, imports it, and runs both in train mode with the encoders in eval mode (so the
+head's dropouts are the only draws), under the same torch seed. HF's `nn.Dropout` is pointed at
+bertforge's CPU dropout (`models/dropout.py`: the distribution of `F.dropout` from a cheaper mask),
+so the same draws give the same masks. Rates are chosen apart (hidden 0.1, classifier 0.3) so a head
+that takes the wrong one fails too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from bertforge.models.dropout import dropout
+from bertforge.models.encoder import unpad_inputs
+from bertforge.models.hf import from_hf
+
+TOLERANCE = 1e-5
+VOCAB = 96
+HIDDEN_RATE, CLASSIFIER_RATE = 0.1, 0.3
+SHARED = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+              num_labels=3, max_position_embeddings=64, attention_probs_dropout_prob=0.0)
+
+# family -> (config class, class-name prefix, its settings: the two dropout rates under the family's own names)
+FAMILIES: dict[str, tuple[type, str, dict[str, object]]] = {
+    "bert": (transformers.BertConfig, "Bert", {"hidden_dropout_prob": HIDDEN_RATE,
+                                               "classifier_dropout": CLASSIFIER_RATE}),
+    "roberta": (transformers.RobertaConfig, "Roberta", {"hidden_dropout_prob": HIDDEN_RATE, "pad_token_id": 1,
+                                                        "classifier_dropout": CLASSIFIER_RATE, "type_vocab_size": 1}),
+    "xlm-roberta": (transformers.XLMRobertaConfig, "XLMRoberta",
+                    {"hidden_dropout_prob": HIDDEN_RATE, "pad_token_id": 1, "classifier_dropout": CLASSIFIER_RATE,
+                     "type_vocab_size": 1}),
+    "camembert": (transformers.CamembertConfig, "Camembert",
+                  {"hidden_dropout_prob": HIDDEN_RATE, "pad_token_id": 1, "classifier_dropout": CLASSIFIER_RATE}),
+    "distilbert": (transformers.DistilBertConfig, "DistilBert",
+                   {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 48, "dropout": HIDDEN_RATE,
+                    "attention_dropout": 0.0, "seq_classif_dropout": CLASSIFIER_RATE}),
+    # ElectraForMultipleChoice's summary_last_dropout set to the classifier's rate, which bertforge's scorer takes
+    "electra": (transformers.ElectraConfig, "Electra",
+                {"hidden_dropout_prob": HIDDEN_RATE, "classifier_dropout": CLASSIFIER_RATE,
+                 "summary_last_dropout": CLASSIFIER_RATE, "embedding_size": 24}),
+    # MPNetConfig has no classifier_dropout: every MPNet head drops out at hidden_dropout_prob
+    "mpnet": (transformers.MPNetConfig, "MPNet", {"hidden_dropout_prob": HIDDEN_RATE, "pad_token_id": 1,
+                                                  "attn_implementation": "eager"}),
+    "deberta-v2": (transformers.DebertaV2Config, "DebertaV2",
+                   {"hidden_dropout_prob": HIDDEN_RATE, "cls_dropout": CLASSIFIER_RATE, "relative_attention": True,
+                    "legacy": False, "position_buckets": 256, "max_relative_positions": -1, "share_att_key": True,
+                    "norm_rel_ebd": "layer_norm", "position_biased_input": False, "pos_att_type": ["p2c", "c2p"],
+                    "type_vocab_size": 0, "pad_token_id": 0, "layer_norm_eps": 1e-7}),
+    "modernbert": (transformers.ModernBertConfig, "ModernBert",
+                   {"classifier_dropout": CLASSIFIER_RATE, "mlp_dropout": HIDDEN_RATE, "pad_token_id": 0,
+                    "attention_dropout": 0.0, "embedding_dropout": 0.0}),
+}
+# every head class bertforge imports with a dropout in its head
+CASES = [(family, head) for family, head in [
+    *((f, h) for f in FAMILIES for h in ("ForSequenceClassification", "ForTokenClassification")
+      if f != "modernbert"),
+    ("modernbert", "ForSequenceClassification"),
+    *((f, "ForMultipleChoice") for f in ("bert", "electra", "mpnet", "deberta-v2")),
+]]
+CASE_IDS = [f"{family}-{head}" for family, head in CASES]
+LENGTHS = [12, 12, 12, 12, 12, 12]  # equal: a token head's padded [batch, length] mask is our packed one
+CHOICES = 3
+
+
+@pytest.fixture(autouse=True)
+def hf_dropout_draws_as_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF's nn.Dropout with bertforge's CPU mask: the same generator calls for the same shape and rate."""
+    monkeypatch.setattr(torch.nn.Dropout, "forward", lambda self, x: dropout(x, self.p, self.training))
+
+
+def tiny_hf_model(family: str, head: str) -> transformers.PreTrainedModel:
+    config_class, prefix, settings = FAMILIES[family]
+    values = SHARED | settings
+    if family == "distilbert":  # its own names for the shared sizes
+        values = {k: v for k, v in values.items()
+                  if k not in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                               "attention_probs_dropout_prob")}
+    torch.manual_seed(0)
+    return getattr(transformers, prefix + head)(config_class(**values)).eval()
+
+
+def head_only_in_train_mode(model: torch.nn.Module, encoder: torch.nn.Module) -> None:
+    model.train()
+    encoder.eval()  # the encoder's dropouts draw nothing: the head's are the only draws
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(7, VOCAB, (len(LENGTHS), max(LENGTHS)), generator=generator)
+    return ids, torch.ones_like(ids)
+
+
+def train_mode_logits(family: str, head: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(HF's logits, ours, ours in eval mode) on one batch, both heads in train mode from `seed`."""
+    import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
+
+    hf_model = tiny_hf_model(family, head)
+    ours = from_hf(hf_model)
+    head_only_in_train_mode(hf_model, hf_model.base_model)
+    head_only_in_train_mode(ours, ours.encoder)
+    ids, mask = batch()
+    packed = unpad_inputs(ids, mask)
+    choice = head == "ForMultipleChoice"
+    hf_inputs = {"input_ids": ids.view(-1, CHOICES, ids.shape[1]) if choice else ids,
+                 "attention_mask": mask.view(-1, CHOICES, ids.shape[1]) if choice else mask}
+    our_inputs = {"input_ids": packed.input_ids, "cu_seqlens": packed.cu_seqlens, "max_seqlen": packed.max_seqlen}
+    if choice:
+        our_inputs["choice_counts"] = torch.full((len(LENGTHS) // CHOICES,), CHOICES)
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        theirs = hf_model(**hf_inputs).logits
+        torch.manual_seed(seed)
+        got = ours(**our_inputs).logits
+        ours.eval()
+        without_dropout = ours(**our_inputs).logits
+    if head == "ForTokenClassification":
+        theirs = theirs.flatten(0, 1)
+    return theirs, got, without_dropout
+
+
+@pytest.mark.parametrize(("family", "head"), CASES, ids=CASE_IDS)
+def test_head_draws_the_stock_class_dropout_masks_in_train_mode(family: str, head: str) -> None:
+    theirs, ours, without_dropout = train_mode_logits(family, head, seed=3)
+    assert ours.shape == theirs.shape
+    assert (ours - without_dropout).abs().max() > 1e-3  # the head's dropout did drop something
+    assert (ours - theirs).abs().max() <= TOLERANCE
+
+
+def test_the_families_that_drop_out_the_first_token_twice_say_so_in_their_config() -> None:
+    """RoBERTa's, ELECTRA's and MPNet's classification heads: dropout, dense, activation, dropout, out_proj."""
+    twice = {name for name in FAMILIES
+             if from_hf(tiny_hf_model(name, "ForSequenceClassification")).config.classifier_input_dropout}
+    assert twice == {"roberta", "xlm-roberta", "camembert", "electra", "mpnet"}
