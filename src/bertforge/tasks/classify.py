@@ -194,16 +194,20 @@ def warn_suspicious_labels(train: LabeledSplit) -> None:
 
 
 def hint_sentence_transformers_pooling(path: Path) -> None:
-    """Say when BERT's pooler (the default, as `BertForSequenceClassification`) is the wrong start."""
-    from bertforge.models.hf import sentence_transformers_pooling
+    """Say when the family's own classifier start (the default, as its `*ForSequenceClassification`; BERT's
+    pooler for BERT) is not the pooling the checkpoint was trained with; the family names what that start is."""
+    from bertforge.models.families import family_of_class
+    from bertforge.models.hf import hf_architecture, sentence_transformers_pooling
 
     trained = sentence_transformers_pooling(path)
     if trained is None:
         return
-    log.warning(f"{path} is a sentence-transformers model trained with {trained} pooling: the BERT pooler on [CLS] "
-                f"that the classifier starts from (as transformers' BertForSequenceClassification does) was not "
-                f"trained with it. model.pooling={trained} usually fine-tunes much better (see docs/guide.md); it "
-                f"exports to bertforge's format instead of BertForSequenceClassification.")
+    family = family_of_class(hf_architecture(path))
+    stock = f"{family.hf_prefix}ForSequenceClassification"
+    log.warning(f"{path} is a sentence-transformers model trained with {trained} pooling, but the classifier starts "
+                f"from {family.classifier_start}, as transformers' {stock} does, not from that pooling. "
+                f"model.pooling={trained} usually fine-tunes much better (see docs/guide.md); it exports to "
+                f"bertforge's format instead of {stock}.")
 
 
 # ---------------------------------------------------------------------------------------------

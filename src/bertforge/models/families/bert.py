@@ -135,5 +135,6 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 FAMILY = ModelFamily(
     name="bert", model_type="bert", hf_prefix="Bert", encoder_prefix="bert.", head_keys=HEADS,
     unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys, build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
+    encoder_keys=encoder_keys, classifier_start="BERT's pooler (dense + tanh on [CLS], as pre-training left it)",
+    build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
 )

@@ -211,5 +211,6 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 FAMILY = ModelFamily(
     name="deberta-v2", model_type="deberta-v2", hf_prefix="DebertaV2", encoder_prefix="deberta.", head_keys=HEADS,
     unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys, older_names=older_names,
+    encoder_keys=encoder_keys, classifier_start="a new ContextPooler (dense + activation on [CLS])",
+    older_names=older_names,
 )

@@ -121,5 +121,5 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 FAMILY = ModelFamily(
     name="distilbert", model_type="distilbert", hf_prefix="DistilBert", encoder_prefix="distilbert.",
     head_keys=HEADS, unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf,
-    config_to_hf=config_to_hf, encoder_keys=encoder_keys,
+    config_to_hf=config_to_hf, encoder_keys=encoder_keys, classifier_start="a new pre_classifier + ReLU on [CLS]",
 )

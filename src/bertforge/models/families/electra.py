@@ -115,5 +115,6 @@ def encoder_keys(config: EncoderConfig, pooler: bool) -> list[KeyPair]:
 FAMILY = ModelFamily(
     name="electra", model_type="electra", hf_prefix="Electra", encoder_prefix="electra.", head_keys=HEADS,
     unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-    encoder_keys=encoder_keys, imports_as=IMPORTS_AS,
+    encoder_keys=encoder_keys, classifier_start="a new dense + GELU on [CLS] (ElectraClassificationHead)",
+    imports_as=IMPORTS_AS,
 )

@@ -137,6 +137,9 @@ class ModelFamily:
     config_to_hf: Callable[[EncoderConfig, dict[str, object], dict[str, int]], transformers.PretrainedConfig]
     # (our key, HF key) of a bare encoder, layers filled in, in the bare layout; pooler: BERT's pooler too
     encoder_keys: Callable[[EncoderConfig, bool], list[KeyPair]]
+    # what the family's *ForSequenceClassification reads a sentence from, as a user reads it ("BERT's pooler
+    # (dense + tanh on [CLS])"): named where that is not the pooling a checkpoint was trained with
+    classifier_start: str
     # the stock model: (class, config, pooler) -> module; a family whose base class takes options says so
     build_hf_model: Callable[[type, transformers.PretrainedConfig, bool], nn.Module] = (
         lambda cls, config, pooler: cls(config))

@@ -153,4 +153,5 @@ FAMILY = ModelFamily(
     name="modernbert", model_type="modernbert", hf_prefix="ModernBert", encoder_prefix="model.", head_keys=HEADS,
     unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     encoder_keys=encoder_keys,
+    classifier_start="a new dense + activation + norm (ModernBertPredictionHead) on its classifier_pooling's state",
 )

@@ -101,7 +101,8 @@ def _family(model_type: str, prefix: str) -> ModelFamily:
     return ModelFamily(
         name=model_type, model_type=model_type, hf_prefix=prefix, encoder_prefix="roberta.", head_keys=heads,
         unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
-        encoder_keys=encoder_keys, build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
+        encoder_keys=encoder_keys, classifier_start=f"a new dense + tanh on <s> ({prefix}ClassificationHead)",
+        build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
     )
 
 
