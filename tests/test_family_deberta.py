@@ -263,3 +263,31 @@ def test_a_legacy_masked_lm_head_imports_as_transformers_loads_it_and_exports_in
     reloaded, loading = transformers.DebertaV2ForMaskedLM.from_pretrained(str(exported), output_loading_info=True)
     assert not loading["missing_keys"] and not loading["unexpected_keys"]
     assert max_diff(hf_outputs(reloaded.eval(), "ForMaskedLM", ids, mask), expected) <= TOLERANCE
+
+
+def test_a_legacy_config_over_todays_head_keys_draws_a_new_head_as_transformers_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """microsoft's deberta-v3 checkpoints: no `legacy` key in config.json (so `legacy: true`, transformers' default)
+    over weights named `lm_predictions.lm_head.*`. transformers builds the legacy `cls.predictions` head, leaves
+    those weights unused and draws the head fresh: so must we, saying which weights were not used."""
+    from bertforge.models import hf
+    from bertforge.models.hf import load_hf_checkpoint
+
+    source = tmp_path / "v3-style"
+    tiny_deberta("ForMaskedLM", legacy=False).save_pretrained(str(source))
+    config = json.loads((source / "config.json").read_text())
+    del config["legacy"]
+    (source / "config.json").write_text(json.dumps(config))
+    torch.manual_seed(7)
+    stock, loading = transformers.DebertaV2ForMaskedLM.from_pretrained(str(source), output_loading_info=True)
+    unused = sorted(loading["unexpected_keys"])
+    assert unused and all(key.startswith("lm_predictions.lm_head.") for key in unused)  # what transformers did
+    warnings: list[str] = []
+    monkeypatch.setattr(hf.log, "warning", lambda message, *args: warnings.append(message % args))
+    torch.manual_seed(7)
+    ours = load_hf_checkpoint(source).eval()
+    ids, mask = padded_batch(0)
+    assert max_diff(our_outputs(ours, "ForMaskedLM", ids, mask), hf_outputs(stock.eval(), "ForMaskedLM", ids, mask)) \
+        <= TOLERANCE
+    assert len(warnings) == 1 and "\n" not in warnings[0] and "legacy" in warnings[0]
+    assert all(key in warnings[0] for key in unused)

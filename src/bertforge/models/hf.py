@@ -140,12 +140,22 @@ def in_head_layout(hf_class: str, hf_config: transformers.PretrainedConfig,
                    hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """An HF state dict in the For* layout: a bare model's has no `bert.`/`model.` prefix, so it gets one.
     (ElectraForPreTraining imports as a base too, but keeps its encoder under `electra.` as every For* class does.)
-    Keys of an older layout the config selects get today's names (the family's `older_names`)."""
+    Keys of an older layout the config selects get today's names (the family's `older_names`); keys already in
+    today's layout are then not used, as transformers, which builds the older layout's class, uses none of them
+    (microsoft's deberta-v3 checkpoints: `legacy` unset over `lm_predictions.*` weights) and draws that part fresh."""
     family = family_of_class(hf_class)
     if hf_class == family.base_class():
         hf_state = {family.encoder_prefix + key: value for key, value in hf_state.items()}
     renames = family.older_names(hf_config)
-    return {renames.get(key, key): value for key, value in hf_state.items()} if renames else hf_state
+    if not renames:
+        return hf_state
+    todays = set(renames.values())
+    unused = sorted(key for key in hf_state if key in todays)
+    if unused:
+        log.warning("%s: weights not used, as transformers does not use them: config.json selects the older layout "
+                    "(legacy: true, transformers' default when unset), whose class has no such weights and draws "
+                    "its own: %s", _source_of(hf_class, hf_config), ", ".join(unused))
+    return {renames.get(key, key): value for key, value in hf_state.items() if key not in todays}
 
 
 def _source_of(hf_class: str, hf_config: transformers.PretrainedConfig) -> str:

@@ -148,7 +148,8 @@ class ModelFamily:
     # an HF class that imports as the head of another suffix than its name's (ELECTRA's discriminator: an encoder)
     imports_as: dict[str, str] = field(default_factory=dict)
     # a checkpoint saved in an older layout of the family's classes: (its config) -> {its HF key: the key the head
-    # tables name}, applied to its state dict before import (DeBERTa-v2's `legacy` masked-LM head)
+    # tables name}, applied to its state dict before import (DeBERTa-v2's `legacy` masked-LM head); keys already
+    # named as the tables name them are then unused, as in transformers' older class
     older_names: Callable[[transformers.PretrainedConfig], dict[str, str]] = lambda hf_config: {}
 
     def base_class(self) -> str:
