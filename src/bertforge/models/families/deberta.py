@@ -14,7 +14,9 @@ position and position-to-content scores from one relative-distance table for the
   re-run of the last layer is 0). A `legacy: true` config (DebertaV2Config's default, so every model
   transformers built without saying) names the same dense, LayerNorm and bias BERT's way
   (`cls.predictions.*`, the decoder tied to the word embeddings): imported under those names, as
-  transformers loads it; exports are written `legacy: false`;
+  transformers loads it, and weights under today's names left unused with a warning, as transformers
+  leaves them (microsoft's deberta-v3 checkpoints: `legacy` unset over `lm_predictions.*`, so the head
+  starts fresh); exports are written `legacy: false`;
 - the sequence classifier and the multiple-choice scorer are `pooler.dense` + `pooler_hidden_act` on the
   first token (ContextPooler), then `classifier`: gelu/relu/tanh are our gelu_pooler/relu_pooler/pooler;
 - refused in one line, as bertforge cannot run them exactly: the ConvLayer (`conv_kernel_size`, unused
