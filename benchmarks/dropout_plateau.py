@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""Why the budget recipe's model fine-tuned to the majority class (issue 40, items 1 and 2).
+
+Step-matched arms (`benchmarks.ttq.step_matched.ARMS`) pre-train bert-mini on one corpus (tech-dictionaries by
+default: text neither downstream task is drawn from) with `time_to_quality.py`'s tokenizer and prepared data, each
+exporting every `--every` steps. `--stage train` trains the arms named (one process per call: run two calls side
+by side at most); `--stage score` measures every export of every trained arm (MLM accuracy on fixed masks against
+the unigram baseline, `benchmarks.common.features` diagnostics) and fine-tunes the final models on supersense over
+the lr x dropout grid, then writes `benchmarks/results/dropout_plateau.{json,md}`.
+
+    .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms recipe
+    .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms hf,recipe-dropout
+    .venv/bin/python benchmarks/dropout_plateau.py --stage score
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if not __package__:  # run as `python benchmarks/dropout_plateau.py`: import from the repository root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+
+from benchmarks.ttq.plateau_study import main
+
+if __name__ == "__main__":
+    main()

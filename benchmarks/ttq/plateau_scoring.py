@@ -1,0 +1,171 @@
+"""Scoring the step-matched arms of `benchmarks/dropout_plateau.py`: every export's MLM accuracy on fixed masks
+against the unigram baseline and its feature diagnostics (`benchmarks.common.features`), and the final models (or
+`--fine-tune-steps` exports) fine-tuned on supersense over the lr x dropout grid, with their fine-tuning dynamics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common.features import feature_report
+from benchmarks.common.hf_arms import hf_masked_lm
+from benchmarks.common.mlm import EVALUATION_SEED, mlm_accuracy, packed_validation_batches
+from benchmarks.common.reports import machine_description, write_atomically
+from benchmarks.common.tasks import DOWNSTREAM_SEEDS, evenly_spaced, load_task
+from benchmarks.ttq.downstream import FineTuning, fine_tune_with, fine_tuning_grid
+from benchmarks.ttq.settings import RESULTS
+from benchmarks.ttq.step_matched import ARMS
+
+TITLES = {name: arm.title for name, arm in ARMS.items()} | {"untrained": "random initial weights (no pre-training)"}
+FEATURE_TEXTS = 512  # supersense training glosses, evenly spaced: the text the models are fine-tuned on
+
+
+def unigram_accuracy(batches: list[dict[str, Any]]) -> float:
+    """The accuracy of always answering the most frequent masked token of `batches` (HF labels, -100 elsewhere)."""
+    import torch
+
+    labels = torch.cat([batch["labels"][batch["labels"] != -100] for batch in batches])
+    return float(torch.bincount(labels).max()) / labels.numel()
+
+
+def plateau_exit(curve: list[dict[str, Any]], baseline: float) -> int | None:
+    """The first exported step whose MLM accuracy is above the unigram baseline (`MlmStanding.on_plateau`'s
+    definition: at or below it is the plateau), None if none is."""
+    return next((point["step"] for point in curve if point["accuracy"] > baseline), None)
+
+
+UNTRAINED = "untrained"  # the reference: bert-mini's random initial weights (HF's BertForMaskedLM, the seed's)
+
+
+def write_untrained(work: Path, tokenizer_dir: Path, seed: int) -> None:
+    """The untrained model as a one-point run: what fine-tuning gets from random weights."""
+    import torch
+    from transformers import AutoTokenizer
+
+    run_dir = work / "runs" / f"{UNTRAINED}-seed{seed}"
+    if (run_dir / "training.json").is_file():
+        return
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    hf_masked_lm(tokenizer, "bert-mini").save_pretrained(str(run_dir / "model"))
+    tokenizer.save_pretrained(str(run_dir / "model"))
+    point = {"minutes": 0.0, "step": 0, "tokens": 0, "model_dir": str(run_dir / "model")}
+    write_atomically(run_dir / "training.json", json.dumps({"points": [point]}, indent=1))
+
+
+def fine_tune_record(work: Path, model_dir: str, task: Any, name: str, setting: FineTuning, seed: int,
+                     threads: int) -> dict[str, Any]:
+    """One fine-tune's test accuracy, macro F1, Matthews correlation and its training loss along the run."""
+    accuracy = fine_tune_with(model_dir, task, name, setting, seed, work, threads)
+    run_dir = work / "downstream" / f"{name}-{setting.slug}-{task.name}-ft{seed}"
+    metrics = json.loads((run_dir / "test_results.json").read_text())["metrics"]
+    losses = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_loss = [(row["step"], row["loss"]) for row in losses if row.get("split") == "train" and "loss" in row]
+    return {"setting": str(setting), "seed": seed, "accuracy": accuracy, "f1_macro": metrics.get("f1_macro"),
+            "matthews": metrics.get("matthews"), "train_loss": train_loss}
+
+
+def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, data_dir: Path) -> None:
+    validation = packed_validation_batches(data_dir, EVALUATION_SEED)
+    baseline = unigram_accuracy(validation)
+    supersense = load_task("supersense", *arguments.finetune_rows)
+    texts = [row["text"] for row in evenly_spaced(supersense.train, FEATURE_TEXTS)]
+    labels = [str(row["label"]) for row in supersense.test]
+    majority = max(labels.count(label) for label in set(labels)) / len(labels)
+    grid = fine_tuning_grid(arguments.downstream_lrs, arguments.downstream_dropouts)
+    store = work / "scores"
+    results = {}
+    write_untrained(work, tokenizer_dir, arguments.seed)
+    for name in [*arguments.arms, UNTRAINED]:
+        record_path = work / "runs" / f"{name}-seed{arguments.seed}" / "training.json"
+        if not record_path.is_file():
+            continue
+        cached = store / f"{name}-seed{arguments.seed}.json"
+        result = json.loads(cached.read_text()) if cached.is_file() else {}
+        if "curve" not in result:
+            record = json.loads(record_path.read_text())
+            result["curve"] = [point | mlm_accuracy(point["model_dir"], validation, "cpu")
+                               | {"features": feature_report(point["model_dir"], texts, str(tokenizer_dir))}
+                               for point in record["points"]]
+            write_atomically(cached, json.dumps(result, indent=1))
+        fine_tunes = result.setdefault("fine_tunes", {})
+        for step in [result["curve"][-1]["step"], *arguments.fine_tune_steps]:
+            point = next((p for p in result["curve"] if p["step"] == step), None)
+            if point is None:
+                continue
+            runs = fine_tunes.setdefault(str(step), [])
+            for seed in DOWNSTREAM_SEEDS[:arguments.downstream_seeds]:
+                for setting in grid:
+                    if any(run["setting"] == str(setting) and run["seed"] == seed for run in runs):
+                        continue
+                    runs.append(fine_tune_record(work, point["model_dir"], supersense,
+                                                 f"{name}-s{arguments.seed}-step{step}", setting, seed,
+                                                 arguments.threads))
+                    write_atomically(cached, json.dumps(result, indent=1))
+        results[name] = result
+    report = {"machine": machine_description("cpu"), "corpus": arguments.corpus, "seed": arguments.seed,
+              "command": " ".join(["python", *sys.argv]),
+              "unigram_accuracy": baseline, "validation_masked_tokens": result_masked(results),
+              "supersense_rows": [len(supersense.train), len(supersense.test)], "majority_class_accuracy": majority,
+              "arms": {name: {"title": TITLES[name], "steps": ARMS[name].steps if name in ARMS else 0,
+                              "plateau_exit_step": plateau_exit(result["curve"], baseline), **result}
+                       for name, result in results.items()}}
+    destination = Path(arguments.report_dir) if arguments.report_dir else RESULTS
+    write_atomically(destination / "dropout_plateau.json", json.dumps(report, indent=1))
+    summary = render(report)
+    write_atomically(destination / "dropout_plateau_summary.md", summary)
+    print(summary)
+
+
+def result_masked(results: dict[str, Any]) -> int:
+    return next((result["curve"][-1]["masked_tokens"] for result in results.values()), 0)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The figures as tables: each arm's plateau and final features, then its fine-tunes per setting."""
+    lines = [f"Unigram baseline (validation, fixed masks): {report['unigram_accuracy']:.4f}; supersense majority "
+             f"class: {report['majority_class_accuracy']:.3f}", "",
+             "| arm | steps | plateau exit step | final MLM acc | last-layer common share | last-layer eff. rank "
+             "| attention entropy (last) / uniform | [CLS] mean cosine | mean-pooled mean cosine |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, arm in report["arms"].items():
+        final = arm["curve"][-1]
+        features = final["features"]
+        last = features["layers"][-1]
+        lines.append(f"| {name} | {arm['steps']} | {arm['plateau_exit_step'] or 'not left'} | {final['accuracy']:.4f} "
+                     f"| {last['common_share']:.3f} | {last['effective_rank']:.1f} | "
+                     f"{last['attention_entropy']:.2f} / {features['uniform_entropy']:.2f} | "
+                     f"{features['cls']['mean_cosine']:.3f} | {features['mean_pooled']['mean_cosine']:.3f} |")
+    lines += ["", "Along each run (every export):", "",
+              "| arm | step | MLM acc | [CLS] mean cosine | mean-pooled mean cosine | last-layer common share "
+              "| last-layer eff. rank |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, arm in report["arms"].items():
+        for point in arm["curve"]:
+            features = point["features"]
+            lines.append(f"| {name} | {point['step']} | {point['accuracy']:.4f} | {features['cls']['mean_cosine']:.3f} "
+                         f"| {features['mean_pooled']['mean_cosine']:.3f} | {features['layers'][-1]['common_share']:.3f} "
+                         f"| {features['layers'][-1]['effective_rank']:.1f} |")
+    lines += ["", "Per layer of each final model (0 = embeddings): norm / common share / effective rank / attention "
+              "entropy:", ""]
+    for name, arm in report["arms"].items():
+        cells = [f"{layer['norm']:.1f} / {layer['common_share']:.2f} / {layer['effective_rank']:.0f}"
+                 + (f" / {layer['attention_entropy']:.2f}" if layer["attention_entropy"] is not None else "")
+                 for layer in arm["curve"][-1]["features"]["layers"]]
+        lines.append(f"- {name}: " + "; ".join(cells))
+    lines += ["", "| arm | model step | setting | seeds | test accuracy | macro F1 | first / last train loss |",
+              "|---|---:|---|---:|---:|---:|---|"]
+    for name, arm in report["arms"].items():
+        for step, runs in arm["fine_tunes"].items():
+            for setting in dict.fromkeys(run["setting"] for run in runs):
+                chosen = [run for run in runs if run["setting"] == setting]
+                accuracy = [run["accuracy"] for run in chosen]
+                spread = f" ± {statistics.stdev(accuracy):.3f}" if len(accuracy) > 1 else ""
+                losses = chosen[0]["train_loss"]
+                lines.append(f"| {name} | {step} | {setting} | {len(chosen)} | {statistics.fmean(accuracy):.3f}{spread} "
+                             f"| {statistics.fmean(run['f1_macro'] for run in chosen):.3f} "
+                             f"| {losses[0][1]:.2f} / {losses[-1][1]:.2f} |")
+    return "\n".join(lines) + "\n"

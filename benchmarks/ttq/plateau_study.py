@@ -1,0 +1,62 @@
+"""The driver of `benchmarks/dropout_plateau.py`: train step-matched arms, then score their exports and final
+models (see that script's docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import benchmarks.ttq  # noqa: F401  (offline hub, quiet tokenizers)
+from benchmarks.common.reports import write_atomically
+from benchmarks.ttq.inputs import corpus_file, group_texts_dataset, prepare_corpus
+from benchmarks.ttq.settings import REPO
+from benchmarks.ttq.step_matched import ARMS, train_step_arm
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--stage", choices=("train", "score"), required=True)
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: " + ", ".join(ARMS))
+    parser.add_argument("--corpus", default="tech-dictionaries")
+    parser.add_argument("--seed", type=int, default=1, help="the pre-training seed")
+    parser.add_argument("--every", type=int, default=100, help="export every N steps")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--downstream-seeds", type=int, default=1, help="fine-tuning seeds per setting (score)")
+    parser.add_argument("--fine-tune-steps", default="", help="exports to fine-tune besides the final model, "
+                        "comma-separated steps (score)")
+    parser.add_argument("--finetune-rows", default="8000,2000", help="supersense train,test rows (evenly spaced; "
+                        "time_to_quality.py fine-tunes on 8000,2000)")
+    parser.add_argument("--downstream-lrs", default="1e-3,5e-4,3e-4", help="fine-tuning learning rates")
+    parser.add_argument("--downstream-dropouts", default="model,0", help="fine-tuning dropout rates; model = its own")
+    parser.add_argument("--report-dir", default=None, help="where the report goes (benchmarks/results)")
+    parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "dropout_plateau"))
+    arguments = parser.parse_args()
+    arguments.finetune_rows = tuple(int(rows) for rows in arguments.finetune_rows.split(","))
+    arguments.downstream_lrs = [float(lr) for lr in arguments.downstream_lrs.split(",")]
+    arguments.downstream_dropouts = [None if rate.strip() == "model" else float(rate)
+                                     for rate in arguments.downstream_dropouts.split(",")]
+    arguments.fine_tune_steps = [int(step) for step in arguments.fine_tune_steps.split(",") if step.strip()]
+    arguments.arms = [arm.strip() for arm in arguments.arms.split(",")]
+    unknown = sorted(set(arguments.arms) - set(ARMS))
+    if unknown:
+        parser.error(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    return arguments
+
+
+def main() -> None:
+    arguments = parse_arguments()
+    work = Path(arguments.work_dir).resolve() / arguments.corpus
+    corpus = corpus_file(arguments.corpus, work)
+    tokenizer_dir, data_dir, manifest = prepare_corpus(corpus, work)
+    if arguments.stage == "train":
+        hf_data = group_texts_dataset(work, tokenizer_dir, corpus, manifest)
+        for name in arguments.arms:
+            run_dir = work / "runs" / f"{name}-seed{arguments.seed}"
+            record = train_step_arm(ARMS[name], arguments.seed, run_dir / "train", tokenizer_dir, data_dir, hf_data,
+                                    arguments.every, arguments.threads)
+            write_atomically(run_dir / "training.json", json.dumps(record, indent=1))
+        return
+    from benchmarks.ttq.plateau_scoring import score_all
+
+    score_all(arguments, work, tokenizer_dir, data_dir)
