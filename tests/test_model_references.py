@@ -42,10 +42,12 @@ def minilm_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pretrain(data: Path, run_dir: Path, init_from: str | Path, steps: int) -> list[dict]:
+    # 8 x 64 tokens a step and 16 validation samples: the test's margins at this size (measured) are a loss that
+    # falls by 6.1 over 6 steps, continued runs starting 3.6 below the bound and validating 0.83 under it
     config = load_config(None, [f"data.path={data}", f"model.init_from={init_from}", "data.seq_len=64",
-                                "optim.lr=5e-4", "schedule.warmup=2", "train.micro_batch_size=16",
-                                "train.global_batch_size=16", f"train.max_steps={steps}", f"train.eval_every={steps}",
-                                f"train.checkpoint_every={steps}", "data.validation_samples=32",
+                                "optim.lr=5e-4", "schedule.warmup=2", "train.micro_batch_size=8",
+                                "train.global_batch_size=8", f"train.max_steps={steps}", f"train.eval_every={steps}",
+                                f"train.checkpoint_every={steps}", "data.validation_samples=16",
                                 f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", *QUIET])
     Trainer(config, PretrainTask(config)).fit()
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
