@@ -68,7 +68,7 @@ def dropout_is_on(fraction_done: float, until: float, waiting_for_plateau_exit: 
 
 def left_plateau(results: dict[str, float], margin: float) -> bool:
     """Whether an evaluation's MLM accuracy is above its unigram baseline by more than `margin` (at or below the
-    baseline is the plateau: `bertforge.quickstart`'s `on_plateau`)."""
+    baseline is the plateau: `bertforge.tasks.mlm_plateau.MlmStanding.on_plateau`)."""
     return results["mlm_accuracy"] > results["mlm_unigram_accuracy"] + margin
 
 
