@@ -1,7 +1,7 @@
 """`bertforge pretrain`'s run summary says when the model is still on the MLM plateau (issue 40 item 4).
 
 The unigram baseline is the accuracy of always answering the training data's most frequent token, counted once
-from the run's own shards; a model at or below it has learnt token frequencies and little else. A few steps of a
+from the run's own shards; a model no more than 0.01 above it has learnt token frequencies and little else. A few steps of a
 tiny model sit far below it, so the real run here is on the plateau; a model off the plateau takes longer than
 a test should, so that case is built from its figures (the quickstart's 700 steps: 0.157 against 0.102).
 """
@@ -66,7 +66,7 @@ def test_a_run_on_the_plateau_says_so_in_its_summary_json_with_the_figures(plate
     guess = summary["unigram_guess"]
     warning = summary["warning"]
     assert f"after {STEPS:,} steps and {summary['tokens'] / 1e6:,.1f} M tokens" in warning
-    assert (f"its validation MLM accuracy {validation['mlm_accuracy']:.4f} is at or below the unigram baseline "
+    assert (f"its validation MLM accuracy {validation['mlm_accuracy']:.4f} is not 0.01 above the unigram baseline "
             f"{validation['mlm_unigram_accuracy']:.4f} (always predicting {guess['token']!r}") in warning
     assert "train longer" in warning and "docs/guide.md" in warning
 
@@ -115,10 +115,13 @@ def test_a_model_off_the_plateau_gets_no_warning(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.parametrize(("accuracy", "unigram", "on_plateau"),
-                         [(0.0217, 0.0224, True), (0.0415, 0.0415, True), (0.157, 0.102, False), (None, 0.1, False)])
-def test_the_plateau_is_an_accuracy_at_or_below_the_unigram_baseline(
+                         [(0.0217, 0.0224, True), (0.0415, 0.0415, True), (0.0224, 0.0217, True),
+                          (0.064, 0.043, False), (0.157, 0.102, False), (None, 0.1, False)])
+def test_the_plateau_is_an_accuracy_at_most_a_point_above_the_unigram_baseline(
         accuracy: float | None, unigram: float, on_plateau: bool) -> None:
-    """The multilingual DistilBERT's 400 steps (0.0217 vs 0.0224) and issue 40's 10-minute runs (0.0415) are on it."""
+    """On it: the multilingual DistilBERT at 400 steps (0.0217 vs 0.0224) and at 40 (0.0224 vs 0.0217: it answers a
+    token more frequent in the validation masks than the training text's first), issue 40's 10-minute runs (0.0415).
+    Off it: arabic-tiny at 600 steps, 'barely off' (0.064 vs 0.043), the quickstart at 700 (0.157 vs 0.102)."""
     assert MlmStanding(accuracy, unigram).on_plateau() is on_plateau
 
 
