@@ -36,11 +36,6 @@ ARMS = {arm.name: arm for arm in (
     StepArm("recipe-dropout", "recipe", 940, ("train.disable_dropout=false",),
             "budget-cpu.yaml with dropout on, 940 steps (the same time)"),
     StepArm("recipe-340", "recipe", 340, title="budget-cpu.yaml (dropout off), 340 steps (HF's count)"),
-    # the fix: dropout on until the plateau exit (checked every 100 steps on 512 validation samples), then off; 940
-    # steps is the recipe's time where it never leaves the plateau, fewer than its time where it does
-    StepArm("recipe-plateau-exit", "recipe", 940, ("train.disable_dropout_from=plateau_exit", "train.eval_every=100",
-                                                   "data.validation_samples=512"),
-            "budget-cpu.yaml + train.disable_dropout_from=plateau_exit, 940 steps"),
     StepArm("hf", "hf", 340, title="HF Trainer, tuned (dropout on), 340 steps"),
 )}
 

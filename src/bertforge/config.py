@@ -360,8 +360,6 @@ class TrainSection:
     average_last_k: int | None = None  # final/ = the mean weights of the last K checkpoints (needs checkpoint_every and keep_last >= K); None = off
     disable_dropout: bool = False  # train with every dropout off (Cramming's pre-training); the model's config and export keep their rates for fine-tuning
     disable_dropout_until: float = 1.0  # with disable_dropout: the fraction of the run (of its steps, or of max_time_minutes under a time-only budget) from which dropout is back on; 1.0 = off for the whole run
-    disable_dropout_from: str = "start"  # with disable_dropout: when dropout goes off: start (the first step) | plateau_exit (once a validation evaluation's MLM accuracy is above its unigram baseline by plateau_exit_margin; needs eval_every); pre-training on the plateau without dropout gave a model that fine-tuned to the majority class (docs/benchmarks.md)
-    plateau_exit_margin: float = 0.01  # with disable_dropout_from=plateau_exit: how far above the unigram baseline the validation MLM accuracy must be
 
     def __post_init__(self) -> None:
         check_range("train.micro_batch_size", self.micro_batch_size, low=1)
@@ -385,23 +383,7 @@ class TrainSection:
         if self.disable_dropout_until < 1.0 and not self.disable_dropout:
             raise ConfigError("config key `train.disable_dropout_until` says when dropout comes back on, but "
                               "`train.disable_dropout` is false; set train.disable_dropout=true or remove the key")
-        self._check_plateau_exit()
         self._check_final_weights()
-
-    def _check_plateau_exit(self) -> None:
-        check_choice("train.disable_dropout_from", self.disable_dropout_from, ("start", "plateau_exit"))
-        check_range("train.plateau_exit_margin", self.plateau_exit_margin, low=0.0, high=1.0, high_inclusive=False)
-        waits = self.disable_dropout_from == "plateau_exit"
-        if waits and not self.disable_dropout:
-            raise ConfigError("config key `train.disable_dropout_from` says when dropout goes off, but "
-                              "`train.disable_dropout` is false; set train.disable_dropout=true or remove the key")
-        if waits and self.eval_every is None:
-            raise ConfigError("`train.disable_dropout_from: plateau_exit` turns dropout off at the evaluation that "
-                              "finds the model off the MLM plateau, but train.eval_every is not set (evaluations "
-                              "only at epoch ends); set train.eval_every, e.g. 100")
-        if self.plateau_exit_margin != TrainSection.plateau_exit_margin and not waits:
-            raise ConfigError("config key `train.plateau_exit_margin` only applies with "
-                              "train.disable_dropout_from=plateau_exit; set that or remove the key")
 
     def _check_final_weights(self) -> None:
         """`ema`, `average_last_k` and `best_metric` each decide which weights `final/` holds: one at a time."""

@@ -72,8 +72,6 @@ class TrainingState:
     metrics: dict[str, float] = field(default_factory=dict)
     # early stopping's count, saved so that a run killed after it stopped early does not train on
     evaluations_without_improvement: int = 0
-    # train.disable_dropout_from=plateau_exit: the step whose evaluation first left the MLM plateau (dropout off after it)
-    plateau_exit_step: int | None = None
 
 
 def _fsync_tree(directory: Path) -> None:

@@ -12,27 +12,14 @@ keeps the rates that fine-tuning will use.
 Turning the rates back on for the last part of a run keeps most of the speed (a CPU step with
 dropout costs about 1.33x one without) while the model ends its pre-training under the noise it
 will be fine-tuned with.
-
-`train.disable_dropout_from: plateau_exit` keeps dropout on until the model has left the MLM plateau
-(a validation evaluation's MLM accuracy above the unigram baseline, always guessing the most frequent
-token, by `train.plateau_exit_margin`), and only then turns it off: issue 40's budget-recipe model,
-trained on the plateau without dropout, fine-tuned to the majority class (docs/benchmarks.md, "Why the
-budget recipe fine-tuned to the majority class").
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from torch import nn
 
 from bertforge.models.dropout import Dropout
 from bertforge.models.encoder import SelfAttention
-
-if TYPE_CHECKING:
-    from bertforge.config import TrainSection
-
-PLATEAU_METRICS = ("mlm_accuracy", "mlm_unigram_accuracy")  # what a plateau_exit switch reads from an evaluation
 
 
 class DropoutSwitch:
@@ -59,35 +46,7 @@ class DropoutSwitch:
             self.on = on
 
 
-def dropout_is_on(fraction_done: float, until: float, waiting_for_plateau_exit: bool = False) -> bool:
-    """Whether a run with `train.disable_dropout` trains with dropout at `fraction_done` of its progress: on while
-    it waits for the plateau exit (`train.disable_dropout_from: plateau_exit`), then off before `until`, on from it
-    (never, for `until` = 1)."""
-    return waiting_for_plateau_exit or (until < 1.0 and fraction_done >= until)
-
-
-def left_plateau(results: dict[str, float], margin: float) -> bool:
-    """Whether an evaluation's MLM accuracy is above its unigram baseline by more than `margin` (at or below the
-    baseline is the plateau: `bertforge.tasks.mlm_plateau.MlmStanding.on_plateau`)."""
-    return results["mlm_accuracy"] > results["mlm_unigram_accuracy"] + margin
-
-
-def check_plateau_switch(train: TrainSection, metric_names: set[str] | None) -> None:
-    """A plateau_exit switch needs evaluations that report the MLM accuracy and its unigram baseline."""
-    from bertforge.errors import ConfigError
-
-    if train.disable_dropout_from != "plateau_exit" or metric_names is None:
-        return
-    if missing := [name for name in PLATEAU_METRICS if name not in metric_names]:
-        raise ConfigError("`train.disable_dropout_from: plateau_exit` waits for the validation MLM accuracy to leave "
-                          f"the unigram baseline, but this task's evaluation reports no {' or '.join(missing)}; it is "
-                          "for pre-training: use train.disable_dropout_from=start")
-
-
-def dropout_plan(train: TrainSection) -> str:
-    """The log line that says when the run trains without dropout."""
-    back_on = f" until {train.disable_dropout_until:g} of the run" if train.disable_dropout_until < 1.0 else ""
-    start = (f"with dropout on until the validation MLM accuracy is {train.plateau_exit_margin:g} above the unigram "
-             "baseline, then off" if train.disable_dropout_from == "plateau_exit" else "with dropout off")
-    return (f"training {start}{back_on} (train.disable_dropout); the model's config, and so final/config.json, keeps "
-            "its dropout rates for fine-tuning")
+def dropout_is_on(fraction_done: float, until: float) -> bool:
+    """Whether a run with `train.disable_dropout` trains with dropout at `fraction_done` of its progress:
+    off before `until`, on from it (never, for `until` = 1)."""
+    return until < 1.0 and fraction_done >= until

@@ -36,13 +36,7 @@ from bertforge.train import distributed as D
 from bertforge.train.averaging import WeightEMA, average_checkpoints, write_origin
 from bertforge.train.checkpoint import CheckpointManager, TrainingState
 from bertforge.train.clipping import GradientClipping, folds_into
-from bertforge.train.dropout_off import (
-    DropoutSwitch,
-    check_plateau_switch,
-    dropout_is_on,
-    dropout_plan,
-    left_plateau,
-)
+from bertforge.train.dropout_off import DropoutSwitch, dropout_is_on
 from bertforge.train.kept_gradients import KeptGradients
 from bertforge.train.logging import MetricsLogger, TrainingProgress
 from bertforge.train.map_style import MapStyleLoader, iterate_once
@@ -147,9 +141,11 @@ class Trainer:
         model = self.task.build_model().to(self.device)
         self.dropout = DropoutSwitch(model) if config.train.disable_dropout else None
         if self.dropout:
-            check_plateau_switch(config.train, self.task.metric_names())
-            self.dropout.set(on=config.train.disable_dropout_from == "plateau_exit")
-            log.info(dropout_plan(config.train))
+            self.dropout.set(on=False)
+            back_on = (f" until {config.train.disable_dropout_until:g} of the run"
+                       if config.train.disable_dropout_until < 1.0 else "")
+            log.info(f"training with dropout off{back_on} (train.disable_dropout); the model's config, and so "
+                     "final/config.json, keeps its dropout rates for fine-tuning")
         self.layers = list(self.task.layer_modules(model))
         self.model = D.parallelize(model, self.layers, config.dist, self.env, self.device,
                                    self.precision.fsdp_param_dtype)
@@ -436,8 +432,7 @@ class Trainer:
         set_learning_rate(self.optimizer, config.optim.lr, factor)
         if self.dropout is not None:
             fraction_done = run_fraction(step=state.step, total_steps=total_steps or 1, progress=progress)
-            waiting = config.train.disable_dropout_from == "plateau_exit" and state.plateau_exit_step is None
-            self.dropout.set(on=dropout_is_on(fraction_done, config.train.disable_dropout_until, waiting))
+            self.dropout.set(on=dropout_is_on(fraction_done, config.train.disable_dropout_until))
         micro_batches = [_to_device(next(batches), self.device) for _ in range(micro_batch_count)]
         units = [self.task.loss_units(batch) for batch in micro_batches]
         uses_units = units[0] is not None
@@ -562,11 +557,6 @@ class Trainer:
             results = self.task.evaluate(self.model, validation)
         self.metrics.write(state.step, "validation", results)
         state.metrics = {k: float(v) for k, v in results.items()}
-        if self.config.train.disable_dropout_from == "plateau_exit" and state.plateau_exit_step is None and D.any_rank(
-                left_plateau(results, self.config.train.plateau_exit_margin), self.env, self.device):
-            state.plateau_exit_step = state.step
-            log.info(f"step {state.step}: the validation MLM accuracy left the unigram baseline; dropout off from now "
-                     "(train.disable_dropout_from=plateau_exit)")
         summary = "  ".join(f"{k} {v:.4f}" for k, v in results.items())
         log.info(f"step {state.step} validation: {summary}")
         if self.env.is_main:
