@@ -28,6 +28,7 @@ hyperparameters and this table. One command each:
     python benchmarks/parity.py --quick        # smoke test: 128 rows, 1 epoch, 1 seed
     python benchmarks/parity.py --model-dir "$(python -m benchmarks.common.packaged_models)" --lr 5e-5 \
         --train-rows 640 --test-rows 500 --epochs 1 --seeds 5    # all-mpnet-base-v2 (MPNet's head on <s>)
+    python benchmarks/parity.py --sides HF --hf-schedule bertforge ...  # HF on bertforge's schedule, paired by seed
 """
 
 from __future__ import annotations
@@ -417,11 +418,15 @@ def parity_mode(args: argparse.Namespace, workdir: Path, model_dir: Path) -> tup
                                args.bertforge_head_init)
     lines, raw = [TABLE_HEAD.format(first="task")], {}
     notes = [f"- bertforge's side: {options}"] if options != BertforgeOptions() else []
+    # HF's Trainer on bertforge's schedule function (its only change; paired by seed with HF as it ships)
+    matching = Matching(schedule=args.hf_schedule == "bertforge")
+    if matching.schedule:
+        notes.append("- HF's side: learning rate from bertforge's schedule function (`--hf-schedule bertforge`)")
     for name in args.tasks:
         task = load_task(name, args.train_rows, args.test_rows)
         ours, theirs = Side(), Side()
         for index, seed in enumerate(args.seed_list):
-            a, b = run_pair(workdir, model_dir, task, seed, args.epochs, Matching(), index, options, args.sides,
+            a, b = run_pair(workdir, model_dir, task, seed, args.epochs, matching, index, options, args.sides,
                             args.lr)
             ours.results += [a] if a is not None else []
             theirs.results += [b] if b is not None else []
@@ -551,6 +556,9 @@ def main() -> int:
                              "(default: as bertforge draws it): the head-initialisation study")
     parser.add_argument("--sides", type=lambda s: tuple(s.split(",")), default=("bertforge", "HF"),
                         help="parity mode: run only one side (bertforge or HF), e.g. for a what-if of bertforge's")
+    parser.add_argument("--hf-schedule", choices=("hf", "bertforge"), default="hf",
+                        help="parity mode: HF's learning rate from its own scheduler (default) or from bertforge's "
+                             "schedule function, all else as shipped: paired by seed, the schedule's effect on HF")
     parser.add_argument("--quick", action="store_true", help="smoke test: 128 rows, 1 epoch, 1 seed")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     parser.add_argument("--pool", type=lambda s: [Path(p) for p in s.split(",")], default=None,
