@@ -137,3 +137,28 @@ def test_the_families_that_drop_out_the_first_token_twice_say_so_in_their_config
     twice = {name for name in FAMILIES
              if from_hf(tiny_hf_model(name, "ForSequenceClassification")).config.classifier_input_dropout}
     assert twice == {"roberta", "xlm-roberta", "camembert", "electra", "mpnet"}
+
+
+def test_a_whole_mpnet_in_train_mode_draws_every_dropout_mask_transformers_does() -> None:
+    """Embeddings, attention probabilities (with the relative bias), each sub-layer and the head: one unpadded
+    sequence, so each of HF's padded tensors has the shape of our packed one and the same draws give the same masks
+    (MPNet's attention drops out through its nn.Dropout, which the fixture points at ours)."""
+    config = transformers.MPNetConfig(**(SHARED | {"hidden_dropout_prob": HIDDEN_RATE, "pad_token_id": 1,
+                                                   "attention_probs_dropout_prob": HIDDEN_RATE,
+                                                   "attn_implementation": "eager"}))
+    torch.manual_seed(0)
+    hf_model = transformers.MPNetForTokenClassification(config)
+    ours = from_hf(hf_model)
+    hf_model.train()
+    ours.train()
+    ids = torch.randint(7, VOCAB, (1, 20), generator=torch.Generator().manual_seed(1))
+    packed = unpad_inputs(ids, torch.ones_like(ids))
+    inputs = {"input_ids": packed.input_ids, "cu_seqlens": packed.cu_seqlens, "max_seqlen": packed.max_seqlen}
+    with torch.no_grad():
+        torch.manual_seed(5)
+        theirs = hf_model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.flatten(0, 1)
+        torch.manual_seed(5)
+        got = ours(**inputs).logits
+        without_dropout = ours.eval()(**inputs).logits
+    assert (got - without_dropout).abs().max() > 1e-2
+    assert (got - theirs).abs().max() <= TOLERANCE
