@@ -33,9 +33,11 @@ def unigram_accuracy(batches: list[dict[str, Any]]) -> float:
 
 
 def plateau_exit(curve: list[dict[str, Any]], baseline: float) -> int | None:
-    """The first exported step whose MLM accuracy is above the unigram baseline (`MlmStanding.on_plateau`'s
-    definition: at or below it is the plateau), None if none is."""
-    return next((point["step"] for point in curve if point["accuracy"] > baseline), None)
+    """The first exported step whose MLM accuracy is more than `PLATEAU_MARGIN` above the unigram baseline
+    (`MlmStanding.on_plateau`'s definition of the plateau), None if none is."""
+    from bertforge.tasks.mlm_plateau import PLATEAU_MARGIN
+
+    return next((point["step"] for point in curve if point["accuracy"] > baseline + PLATEAU_MARGIN), None)
 
 
 UNTRAINED = "untrained"  # the reference: bert-mini's random initial weights (HF's BertForMaskedLM, the seed's)
@@ -79,8 +81,9 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
     grid = fine_tuning_grid(arguments.downstream_lrs, arguments.downstream_dropouts)
     store = work / "scores"
     results = {}
-    write_untrained(work, tokenizer_dir, arguments.seed)
-    for name in [*arguments.arms, UNTRAINED]:
+    if UNTRAINED in arguments.arms:
+        write_untrained(work, tokenizer_dir, arguments.seed)
+    for name in arguments.arms:
         record_path = work / "runs" / f"{name}-seed{arguments.seed}" / "training.json"
         if not record_path.is_file():
             continue
@@ -93,7 +96,8 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
                                for point in record["points"]]
             write_atomically(cached, json.dumps(result, indent=1))
         fine_tunes = result.setdefault("fine_tunes", {})
-        for step in [result["curve"][-1]["step"], *arguments.fine_tune_steps]:
+        final_step = result["curve"][-1]["step"]
+        for step in [final_step if wanted == "final" else int(wanted) for wanted in arguments.fine_tune_steps]:
             point = next((p for p in result["curve"] if p["step"] == step), None)
             if point is None:
                 continue
@@ -106,12 +110,14 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
                                                  f"{name}-s{arguments.seed}-step{step}", setting, seed,
                                                  arguments.threads))
                     write_atomically(cached, json.dumps(result, indent=1))
+        result["note"] = json.loads(record_path.read_text()).get("stopped")  # a run stopped early says so
         results[name] = result
     report = {"machine": machine_description("cpu"), "corpus": arguments.corpus, "seed": arguments.seed,
               "command": " ".join(["python", *sys.argv]),
               "unigram_accuracy": baseline, "validation_masked_tokens": result_masked(results),
               "supersense_rows": [len(supersense.train), len(supersense.test)], "majority_class_accuracy": majority,
-              "arms": {name: {"title": TITLES[name], "steps": ARMS[name].steps if name in ARMS else 0,
+              "arms": {name: {"title": TITLES[name], "planned_steps": ARMS[name].steps if name in ARMS else 0,
+                              "steps": result["curve"][-1]["step"],
                               "plateau_exit_step": plateau_exit(result["curve"], baseline), **result}
                        for name, result in results.items()}}
     destination = Path(arguments.report_dir) if arguments.report_dir else RESULTS
@@ -129,7 +135,7 @@ def render(report: dict[str, Any]) -> str:
     """The figures as tables: each arm's plateau and final features, then its fine-tunes per setting."""
     lines = [f"Unigram baseline (validation, fixed masks): {report['unigram_accuracy']:.4f}; supersense majority "
              f"class: {report['majority_class_accuracy']:.3f}", "",
-             "| arm | steps | plateau exit step | final MLM acc | last-layer common share | last-layer eff. rank "
+             "| arm | last step scored | plateau exit step | final MLM acc | last-layer common share | last-layer eff. rank "
              "| attention entropy (last) / uniform | [CLS] mean cosine | mean-pooled mean cosine |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, arm in report["arms"].items():
@@ -140,6 +146,7 @@ def render(report: dict[str, Any]) -> str:
                      f"| {last['common_share']:.3f} | {last['effective_rank']:.1f} | "
                      f"{last['attention_entropy']:.2f} / {features['uniform_entropy']:.2f} | "
                      f"{features['cls']['mean_cosine']:.3f} | {features['mean_pooled']['mean_cosine']:.3f} |")
+    lines += [f"- {name}: {arm['note']}" for name, arm in report["arms"].items() if arm.get("note")]
     lines += ["", "Along each run (every export):", "",
               "| arm | step | MLM acc | [CLS] mean cosine | mean-pooled mean cosine | last-layer common share "
               "| last-layer eff. rank |", "|---|---:|---:|---:|---:|---:|---:|"]
