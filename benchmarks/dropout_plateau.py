@@ -5,12 +5,14 @@ Step-matched arms (`benchmarks.ttq.step_matched.ARMS`) pre-train bert-mini on on
 default: text neither downstream task is drawn from) with `time_to_quality.py`'s tokenizer and prepared data, each
 exporting every `--every` steps. `--stage train` trains the arms named (one process per call: run two calls side
 by side at most); `--stage score` measures every export of every trained arm (MLM accuracy on fixed masks against
-the unigram baseline, `benchmarks.common.features` diagnostics) and fine-tunes the final models on supersense over
-the lr x dropout grid, then writes `benchmarks/results/dropout_plateau.{json,md}`.
+the unigram baseline, `benchmarks.common.features` diagnostics) and fine-tunes the exports of `--fine-tune-steps`
+(`final` by default; `untrained` is bert-mini's random weights, step 0) on supersense over the lr x dropout grid,
+then writes `benchmarks/results/dropout_plateau.json` and `dropout_plateau_summary.md`.
 
     .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms recipe
-    .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms hf,recipe-dropout
-    .venv/bin/python benchmarks/dropout_plateau.py --stage score
+    .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms recipe-dropout
+    .venv/bin/python benchmarks/dropout_plateau.py --stage score --arms recipe,recipe-dropout,untrained \
+        --finetune-rows 2000,1000 --fine-tune-steps 100,1254,0    # the run in docs/benchmarks.md
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from pathlib import Path
 import benchmarks.ttq  # noqa: F401  (offline hub, quiet tokenizers)
 from benchmarks.common.reports import write_atomically
 from benchmarks.ttq.inputs import corpus_file, group_texts_dataset, prepare_corpus
+from benchmarks.ttq.plateau_scoring import UNTRAINED
 from benchmarks.ttq.settings import REPO
 from benchmarks.ttq.step_matched import ARMS, train_step_arm
 
@@ -17,14 +18,15 @@ from benchmarks.ttq.step_matched import ARMS, train_step_arm
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--stage", choices=("train", "score"), required=True)
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: " + ", ".join(ARMS))
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: " + ", ".join(ARMS) + " (and, to "
+                        "score, untrained: bert-mini's random initial weights)")
     parser.add_argument("--corpus", default="tech-dictionaries")
     parser.add_argument("--seed", type=int, default=1, help="the pre-training seed")
     parser.add_argument("--every", type=int, default=100, help="export every N steps")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--downstream-seeds", type=int, default=1, help="fine-tuning seeds per setting (score)")
-    parser.add_argument("--fine-tune-steps", default="", help="exports to fine-tune besides the final model, "
-                        "comma-separated steps (score)")
+    parser.add_argument("--fine-tune-steps", default="final", help="the exports to fine-tune, comma-separated steps "
+                        "or final (score)")
     parser.add_argument("--finetune-rows", default="8000,2000", help="supersense train,test rows (evenly spaced; "
                         "time_to_quality.py fine-tunes on 8000,2000)")
     parser.add_argument("--downstream-lrs", default="1e-3,5e-4,3e-4", help="fine-tuning learning rates")
@@ -36,9 +38,9 @@ def parse_arguments() -> argparse.Namespace:
     arguments.downstream_lrs = [float(lr) for lr in arguments.downstream_lrs.split(",")]
     arguments.downstream_dropouts = [None if rate.strip() == "model" else float(rate)
                                      for rate in arguments.downstream_dropouts.split(",")]
-    arguments.fine_tune_steps = [int(step) for step in arguments.fine_tune_steps.split(",") if step.strip()]
+    arguments.fine_tune_steps = [step.strip() for step in arguments.fine_tune_steps.split(",") if step.strip()]
     arguments.arms = [arm.strip() for arm in arguments.arms.split(",")]
-    unknown = sorted(set(arguments.arms) - set(ARMS))
+    unknown = sorted(set(arguments.arms) - set(ARMS) - ({UNTRAINED} if arguments.stage == "score" else set()))
     if unknown:
         parser.error(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
     return arguments
