@@ -33,7 +33,6 @@ WARN_AFTER_FRACTION = 0.5
 # more frequent among the validation masks, it scores a little above the baseline (the multilingual DistilBERT
 # after 40 steps: 0.0224 against 0.0217, loss 7.68). Models that had left the plateau were 0.02 or more above it
 # (arabic-tiny at 600 steps, "barely off": 0.064 against 0.043; the quickstart at 700: 0.157 against 0.102).
-# The same 0.01 as train.plateau_exit_margin's default, the dropout switch's notion of leaving the plateau.
 PLATEAU_MARGIN = 0.01
 
 
