@@ -110,20 +110,22 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
                                                  f"{name}-s{arguments.seed}-step{step}", setting, seed,
                                                  arguments.threads))
                     write_atomically(cached, json.dumps(result, indent=1))
-        result["note"] = json.loads(record_path.read_text()).get("stopped")  # a run stopped early says so
+        record = json.loads(record_path.read_text())
+        result["note"] = record.get("stopped")  # a run stopped early says so
+        result["step_cap"] = record.get("step_cap")  # --max-steps: the run stopped there, its schedule planned further
         results[name] = result
     report = {"machine": machine_description("cpu"), "corpus": arguments.corpus, "seed": arguments.seed,
               "command": " ".join(["python", *sys.argv]),
               "unigram_accuracy": baseline, "validation_masked_tokens": result_masked(results),
               "supersense_rows": [len(supersense.train), len(supersense.test)], "majority_class_accuracy": majority,
               "arms": {name: {"title": TITLES[name], "planned_steps": ARMS[name].steps if name in ARMS else 0,
-                              "steps": result["curve"][-1]["step"],
+                              "steps": result["curve"][-1]["step"], "step_cap": result.get("step_cap"),
                               "plateau_exit_step": plateau_exit(result["curve"], baseline), **result}
                        for name, result in results.items()}}
     destination = Path(arguments.report_dir) if arguments.report_dir else RESULTS
-    write_atomically(destination / "dropout_plateau.json", json.dumps(report, indent=1))
+    write_atomically(destination / f"{arguments.report_name}.json", json.dumps(report, indent=1))
     summary = render(report)
-    write_atomically(destination / "dropout_plateau_summary.md", summary)
+    write_atomically(destination / f"{arguments.report_name}_summary.md", summary)
     print(summary)
 
 

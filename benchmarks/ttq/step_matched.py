@@ -37,13 +37,17 @@ ARMS = {arm.name: arm for arm in (
             "budget-cpu.yaml with dropout on, 940 steps (the same time)"),
     StepArm("recipe-340", "recipe", 340, title="budget-cpu.yaml (dropout off), 340 steps (HF's count)"),
     StepArm("hf", "hf", 340, title="HF Trainer, tuned (dropout on), 340 steps"),
+    # Item 2's candidate: twice the peak lr, the rest (warm-up 6% of the same 1,254-step plan, dropout off) as shipped
+    StepArm("recipe-lr2e-3", "recipe", 1254, ("optim.lr=2.0e-3",),
+            "budget-cpu.yaml (dropout off) with peak lr 2e-3, 1,254 steps planned"),
 )}
 
 
 def train_step_arm(arm: StepArm, seed: int, out_dir: Path, tokenizer_dir: Path, data_dir: Path, hf_data: Path,
-                   every: int, threads: int, recipe: Path = DEFAULT_RECIPE) -> dict[str, Any]:
-    """Train `arm` for its steps from scratch into `out_dir`, exporting every `every` steps and at the end; returns
-    the curve points (step, tokens, minutes of training, model directory)."""
+                   every: int, threads: int, recipe: Path = DEFAULT_RECIPE, step_cap: int | None = None) -> dict[str, Any]:
+    """Train `arm` from scratch into `out_dir`, exporting every `every` steps and at the end; returns the curve
+    points (step, tokens, minutes of training, model directory). `step_cap` stops a recipe arm after that many
+    steps while its schedule still follows the arm's planned steps, so the first steps are those of the full run."""
     import torch
 
     quiet_progress_bars()
@@ -51,32 +55,37 @@ def train_step_arm(arm: StepArm, seed: int, out_dir: Path, tokenizer_dir: Path, 
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     if arm.kind == "hf":
+        if step_cap is not None:
+            raise ValueError("a step cap is implemented for recipe arms only")
         return train_hf(arm, seed, out_dir, tokenizer_dir, hf_data, every)
-    return train_recipe(arm, seed, out_dir, data_dir, every, recipe)
+    return train_recipe(arm, seed, out_dir, data_dir, every, recipe, step_cap)
 
 
 class StepExports:
-    """An `on_step_end` hook: exports the model every `every` steps (the last step is `final/`)."""
+    """An `on_step_end` hook: exports the model every `every` steps (the last step is `final/`) and ends the run at
+    step `last` (the arm's planned steps, or the step cap, which leaves the schedule sized by the planned steps)."""
 
     def __init__(self, every: int, last: int, exports_dir: Path) -> None:
         self.every, self.last, self.exports_dir = every, last, exports_dir
         self.exports: list[dict[str, Any]] = []
 
-    def __call__(self, trainer: Any, state: Any) -> None:
+    def __call__(self, trainer: Any, state: Any) -> bool:
         if state.step % self.every == 0 and state.step < self.last:
             directory = self.exports_dir / f"step-{state.step:08d}"
             trainer.task.save_final(trainer.raw_model, directory)
             self.exports.append(curve_point(state.elapsed_seconds, state.step, state.consumed_tokens, directory))
+        return state.step >= self.last
 
 
-def train_recipe(arm: StepArm, seed: int, out_dir: Path, data_dir: Path, every: int, recipe: Path) -> dict[str, Any]:
+def train_recipe(arm: StepArm, seed: int, out_dir: Path, data_dir: Path, every: int, recipe: Path,
+                 step_cap: int | None = None) -> dict[str, Any]:
     from bertforge.tasks.pretrain import PretrainTask
     from bertforge.train.trainer import Trainer
 
     spec = RunSpec(arm="d", budget_minutes=0, seed=seed, model="bert-mini", threads=1, out_dir=str(out_dir),
                    tokenizer_dir="", data_dir=str(data_dir), recipe=str(recipe), calibration=(0.0, 0))
     config = bertforge_config(spec, max_steps=arm.steps, overrides=("train.max_time_minutes=null", *arm.overrides))
-    exports = StepExports(every, arm.steps, out_dir / "exports")
+    exports = StepExports(every, min(arm.steps, step_cap or arm.steps), out_dir / "exports")
     result = Trainer(config, PretrainTask(config), on_step_end=[exports]).fit()
     state = result.state
     final = curve_point(state.elapsed_seconds, state.step, state.consumed_tokens, result.run_dir / "final")

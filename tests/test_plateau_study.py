@@ -1,0 +1,67 @@
+"""benchmarks/dropout_plateau.py's parts that decide its numbers: the step cap (a real bert-tiny run of the budget
+recipe stops at the cap while its learning rate follows the arm's planned steps) and the summary across
+pre-training seeds (plateau exit within the cap, step-100 common share, fine-tune means per setting)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.ttq.plateau_seeds import arm_seed_record, render
+from benchmarks.ttq.settings import DEFAULT_RECIPE
+from benchmarks.ttq.step_matched import StepArm, train_recipe
+
+TINY = ("model.preset=bert-tiny", "train.micro_batch_size=4", "train.global_batch_size=4", "train.log_every=1",
+        "log.plots=false")
+
+
+def test_a_step_cap_stops_the_run_there_and_keeps_the_schedule_of_the_planned_steps(
+        tmp_path: Path, prepared_corpus: Path) -> None:
+    arm = StepArm("tiny", "recipe", 100, TINY)  # budget-cpu.yaml: 6% warm-up of 100 planned steps = 6 steps
+    record = train_recipe(arm, 1, tmp_path / "out", prepared_corpus, 2, DEFAULT_RECIPE, step_cap=5)
+    assert [point["step"] for point in record["points"]] == [2, 4, 5]
+    assert [Path(point["model_dir"]).name for point in record["points"]] == ["step-00000002", "step-00000004", "final"]
+    rows = [json.loads(line) for line in (Path(record["train_loss_log"]) / "metrics.jsonl").read_text().splitlines()]
+    lr = {row["step"]: row["lr"] for row in rows if row.get("split") == "train" and "lr" in row}
+    assert max(lr) == 5
+    # still warming up at the last step (a 5-step schedule would warm up in one step, then decay towards zero)
+    assert [lr[step] for step in sorted(lr)] == sorted(lr.values())
+    assert lr[5] < 1e-3
+
+
+def curve(accuracies: list[float], shares: list[float]) -> list[dict[str, Any]]:
+    return [{"step": 50 * (index + 1), "accuracy": accuracy,
+             "features": {"layers": [{"common_share": 0.0}, {"common_share": share}]}}
+            for index, (accuracy, share) in enumerate(zip(accuracies, shares, strict=True))]
+
+
+SETTING = "lr 0.001, dropout the model's"
+
+
+def fine_tunes(step: int, accuracies: list[float], matthews: list[float]) -> dict[str, list[dict[str, Any]]]:
+    return {str(step): [{"setting": SETTING, "seed": seed, "accuracy": accuracy, "matthews": mcc}
+                        for seed, accuracy, mcc in zip((17, 2024, 31337), accuracies, matthews, strict=True)]}
+
+
+def test_a_seed_record_leaves_the_plateau_at_the_first_export_past_the_margin_within_the_cap() -> None:
+    baseline = 0.05
+    record = arm_seed_record(curve([0.055, 0.0601, 0.07, 0.09], [0.9, 0.8, 0.5, 0.3]),
+                             fine_tunes(100, [0.2, 0.1, 0.3], [0.1, 0.0, 0.2]), baseline, 150, "scores",
+                             [SETTING], [17, 2024, 31337])
+    assert record["plateau_exit_step"] == 100  # 0.0601 > 0.05 + 0.01
+    assert list(record["mlm_accuracy"]) == ["50", "100", "150"]  # step 200 is past the cap
+    assert record["common_share_step_100"] == 0.8
+    ft = record["fine_tuned"]["100"][SETTING]
+    assert (round(ft["accuracy"], 6), ft["one_class_runs"]) == (0.2, 1)
+    on_plateau = arm_seed_record(curve([0.055, 0.0599], [0.9, 0.9]), {}, baseline, 300, "x", [SETTING], [17])
+    assert on_plateau["plateau_exit_step"] is None
+
+
+def test_the_seed_table_gives_each_arm_a_mean_and_spread_over_its_seeds() -> None:
+    records = {str(seed): arm_seed_record(curve([0.05, 0.06 + 0.01 * seed], [0.5, 0.4 + 0.1 * seed]), {}, 0.05, 300,
+                                          "scores", [SETTING], [17]) for seed in (1, 2, 3)}
+    report = {"unigram_accuracy": 0.05, "plateau_margin": 0.01, "step_cap": 300, "majority_class_accuracy": 0.124,
+              "fine_tuning_settings": [SETTING], "downstream_seeds": [17], "arms": {"recipe": records}}
+    text = render(report)
+    assert "| **recipe** | mean ± sd (3) | 100 ± 0 | 0.600 ± 0.100 | 0.0500 ± 0.0000 | 0.0800 ± 0.0100 |" in text
