@@ -155,7 +155,7 @@ def test_the_export_runs_in_pipeline_as_our_model_does(tmp_path: Path, head: str
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"conv_kernel_size": 3}, "`conv_kernel_size` = 3: the first layer's ConvLayer"),
     ({"relative_attention": False}, "`relative_attention` = False"),
-    ({"pooler_dropout": 0.1}, "pooler_dropout"),
+    ({"pooler_hidden_size": 16}, "`pooler_hidden_size` = 16: transformers' ContextPooler runs only at hidden_size"),
 ])
 def test_what_bertforge_cannot_run_exactly_is_refused_in_one_line(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(BertforgeError, match=message) as error:

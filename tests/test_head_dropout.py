@@ -6,23 +6,29 @@ same shapes, at the same rates. Each test builds a tiny random model of the fami
 `transformers`, imports it, and runs both in train mode with the encoders in eval mode (so the
 head's dropouts are the only draws), under the same torch seed. HF's `nn.Dropout` is pointed at
 bertforge's CPU dropout (`models/dropout.py`: the distribution of `F.dropout` from a cheaper mask),
-so the same draws give the same masks. Rates are chosen apart (hidden 0.1, classifier 0.3) so a head
-that takes the wrong one fails too.
+so the same draws give the same masks. Rates are chosen apart (hidden 0.1, classifier 0.3, a head's own
+0.2 and 0.25) so a head that takes the wrong one fails too.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
 
+import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
 from bertforge.models.dropout import dropout
 from bertforge.models.encoder import unpad_inputs
-from bertforge.models.hf import from_hf
+from bertforge.models.hf import from_hf, to_hf_model
+from bertforge.models.serialization import CONFIG_NAME, load_bertforge_model, save_bertforge_model
 
 TOLERANCE = 1e-5
 VOCAB = 96
 HIDDEN_RATE, CLASSIFIER_RATE = 0.1, 0.3
+FIRST_RATE, LAST_RATE = 0.2, 0.25  # a head's own rates, where its family names them apart from the two above
 SHARED = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
               num_labels=3, max_position_embeddings=64, attention_probs_dropout_prob=0.0)
 
@@ -40,15 +46,17 @@ FAMILIES: dict[str, tuple[type, str, dict[str, object]]] = {
     "distilbert": (transformers.DistilBertConfig, "DistilBert",
                    {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 48, "dropout": HIDDEN_RATE,
                     "attention_dropout": 0.0, "seq_classif_dropout": CLASSIFIER_RATE}),
-    # ElectraForMultipleChoice's summary_last_dropout set to the classifier's rate, which bertforge's scorer takes
+    # ElectraForMultipleChoice's SequenceSummary drops out before and after its dense layer at rates of its own
     "electra": (transformers.ElectraConfig, "Electra",
                 {"hidden_dropout_prob": HIDDEN_RATE, "classifier_dropout": CLASSIFIER_RATE,
-                 "summary_last_dropout": CLASSIFIER_RATE, "embedding_size": 24}),
+                 "summary_first_dropout": FIRST_RATE, "summary_last_dropout": LAST_RATE, "embedding_size": 24}),
     # MPNetConfig has no classifier_dropout: every MPNet head drops out at hidden_dropout_prob
     "mpnet": (transformers.MPNetConfig, "MPNet", {"hidden_dropout_prob": HIDDEN_RATE, "pad_token_id": 1,
                                                   "attn_implementation": "eager"}),
+    # the ContextPooler (both pooled heads) drops out the first token at pooler_dropout before its dense layer
     "deberta-v2": (transformers.DebertaV2Config, "DebertaV2",
-                   {"hidden_dropout_prob": HIDDEN_RATE, "cls_dropout": CLASSIFIER_RATE, "relative_attention": True,
+                   {"hidden_dropout_prob": HIDDEN_RATE, "cls_dropout": CLASSIFIER_RATE, "pooler_dropout": FIRST_RATE,
+                    "relative_attention": True,
                     "legacy": False, "position_buckets": 256, "max_relative_positions": -1, "share_att_key": True,
                     "norm_rel_ebd": "layer_norm", "position_biased_input": False, "pos_att_type": ["p2c", "c2p"],
                     "type_vocab_size": 0, "pad_token_id": 0, "layer_norm_eps": 1e-7}),
@@ -98,30 +106,33 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 def train_mode_logits(family: str, head: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(HF's logits, ours, ours in eval mode) on one batch, both heads in train mode from `seed`."""
-    import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
-
     hf_model = tiny_hf_model(family, head)
     ours = from_hf(hf_model)
-    head_only_in_train_mode(hf_model, hf_model.base_model)
+    theirs = hf_train_mode_logits(hf_model, head, seed)
     head_only_in_train_mode(ours, ours.encoder)
     ids, mask = batch()
     packed = unpad_inputs(ids, mask)
-    choice = head == "ForMultipleChoice"
-    hf_inputs = {"input_ids": ids.view(-1, CHOICES, ids.shape[1]) if choice else ids,
-                 "attention_mask": mask.view(-1, CHOICES, ids.shape[1]) if choice else mask}
     our_inputs = {"input_ids": packed.input_ids, "cu_seqlens": packed.cu_seqlens, "max_seqlen": packed.max_seqlen}
-    if choice:
+    if head == "ForMultipleChoice":
         our_inputs["choice_counts"] = torch.full((len(LENGTHS) // CHOICES,), CHOICES)
     with torch.no_grad():
-        torch.manual_seed(seed)
-        theirs = hf_model(**hf_inputs).logits
         torch.manual_seed(seed)
         got = ours(**our_inputs).logits
         ours.eval()
         without_dropout = ours(**our_inputs).logits
-    if head == "ForTokenClassification":
-        theirs = theirs.flatten(0, 1)
     return theirs, got, without_dropout
+
+
+def hf_train_mode_logits(hf_model: transformers.PreTrainedModel, head: str, seed: int) -> torch.Tensor:
+    """A stock model's logits on `batch()`, its head in train mode from `seed` (token logits flattened, as ours)."""
+    head_only_in_train_mode(hf_model, hf_model.base_model)
+    ids, mask = batch()
+    if head == "ForMultipleChoice":
+        ids, mask = ids.view(-1, CHOICES, ids.shape[1]), mask.view(-1, CHOICES, ids.shape[1])
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        logits = hf_model(input_ids=ids, attention_mask=mask).logits
+    return logits.flatten(0, 1) if head == "ForTokenClassification" else logits
 
 
 @pytest.mark.parametrize(("family", "head"), CASES, ids=CASE_IDS)
@@ -132,11 +143,80 @@ def test_head_draws_the_stock_class_dropout_masks_in_train_mode(family: str, hea
     assert (ours - theirs).abs().max() <= TOLERANCE
 
 
+# the heads whose family names their own dropout rates (ELECTRA's multiple-choice SequenceSummary, DeBERTa's
+# ContextPooler): set apart from the defaults in FAMILIES, so a head that ignores them fails the test above
+OWN_RATE_CASES = [("electra", "ForMultipleChoice"), ("deberta-v2", "ForSequenceClassification"),
+                  ("deberta-v2", "ForMultipleChoice")]
+
+
+@pytest.mark.parametrize(("family", "head"), OWN_RATE_CASES, ids=[f"{f}-{h}" for f, h in OWN_RATE_CASES])
+def test_an_export_keeps_the_heads_own_dropout_rates(family: str, head: str) -> None:
+    """The stock class our export builds draws the imported checkpoint's masks: its config.json keeps the rates."""
+    hf_model = tiny_hf_model(family, head)
+    exported = to_hf_model(from_hf(hf_model))
+    names = ("summary_first_dropout", "summary_last_dropout") if family == "electra" else ("pooler_dropout",)
+    assert {name: getattr(exported.config, name) for name in names} == {
+        name: getattr(hf_model.config, name) for name in names}
+    assert (hf_train_mode_logits(exported, head, seed=3) - hf_train_mode_logits(hf_model, head, seed=3)
+            ).abs().max() <= TOLERANCE
+
+
+def test_a_runs_classifier_dropout_is_the_multiple_choice_scorers_rate_too(tmp_path: Path) -> None:
+    """model.classifier_dropout set by a fine-tuning run wins over ELECTRA's summary_last_dropout, as it wins over
+    every other family's classifier rate."""
+    from bertforge.models.loading import load_for_task
+
+    tiny_hf_model("electra", "ForMultipleChoice").save_pretrained(tmp_path)
+    assert load_for_task(tmp_path, "multiple_choice").head.dropout.p == LAST_RATE
+    assert load_for_task(tmp_path, "multiple_choice",
+                         config_overrides={"classifier_dropout": 0.05}).head.dropout.p == 0.05
+
+
 def test_the_families_that_drop_out_the_first_token_twice_say_so_in_their_config() -> None:
     """RoBERTa's, ELECTRA's and MPNet's classification heads: dropout, dense, activation, dropout, out_proj."""
     twice = {name for name in FAMILIES
              if from_hf(tiny_hf_model(name, "ForSequenceClassification")).config.classifier_input_dropout}
     assert twice == {"roberta", "xlm-roberta", "camembert", "electra", "mpnet"}
+
+
+# the head-dropout fields of EncoderConfig, which a bertforge_model.json written before them lacks
+HEAD_DROPOUT_FIELDS = ("classifier_input_dropout", "token_classifier_dropout", "pooler_dropout",
+                       "choice_input_dropout", "choice_dropout")
+
+
+def saved_the_old_way(model: torch.nn.Module, directory: Path) -> torch.nn.Module:
+    """`model` saved, its description rewritten as bertforge wrote it before the fields existed, and loaded."""
+    save_bertforge_model(model, directory)
+    description = json.loads((directory / CONFIG_NAME).read_text())
+    for name in HEAD_DROPOUT_FIELDS:
+        del description["encoder_config"][name]
+    (directory / CONFIG_NAME).write_text(json.dumps(description))
+    return load_bertforge_model(directory)
+
+
+def test_a_model_saved_before_the_head_dropout_fields_drops_out_as_it_was_trained(tmp_path: Path) -> None:
+    """Then every head was BERT's: one dropout, after the pooler, at the classifier's rate (token heads too), so
+    an old RoBERTa classifier keeps that, not the second dropout a RoBERTa imported today draws as HF does."""
+    imported = from_hf(tiny_hf_model("roberta", "ForSequenceClassification"))
+    old = saved_the_old_way(imported, tmp_path / "roberta")
+    packed = unpad_inputs(*batch())
+    inputs = {"input_ids": packed.input_ids, "cu_seqlens": packed.cu_seqlens, "max_seqlen": packed.max_seqlen}
+    with torch.no_grad():
+        first_tokens = old.encoder.eval().encode(packed, old.head.input_rows(packed.cu_seqlens))
+        torch.manual_seed(3)
+        as_trained = old.head.classifier(dropout(old.head.pooler(first_tokens), CLASSIFIER_RATE))
+        logits = {}
+        for name, model in (("old", old), ("imported", imported)):
+            head_only_in_train_mode(model, model.encoder)
+            torch.manual_seed(3)
+            logits[name] = model(**inputs).logits
+    assert (logits["old"] - as_trained).abs().max() <= TOLERANCE
+    assert (logits["imported"] - as_trained).abs().max() > 1e-3  # today's import draws twice: the case differs
+
+    tagger = saved_the_old_way(from_hf(tiny_hf_model("distilbert", "ForTokenClassification")), tmp_path / "tagger")
+    assert tagger.dropout.p == CLASSIFIER_RATE  # today's DistilBERT import: HIDDEN_RATE
+    chooser = saved_the_old_way(from_hf(tiny_hf_model("electra", "ForMultipleChoice")), tmp_path / "chooser")
+    assert (chooser.head.input_dropout, chooser.head.dropout.p) == (None, CLASSIFIER_RATE)
 
 
 def test_a_whole_mpnet_in_train_mode_draws_every_dropout_mask_transformers_does() -> None:

@@ -48,7 +48,8 @@ class BertforgeForSequenceClassification(SavableModel, nn.Module):
         self.problem_type = problem_type
         self.label_names = list(label_names) if label_names is not None else None
         self.encoder = BertforgeModel(config)
-        self.head = SequenceHead(config, num_labels, input_dropout=config.classifier_input_dropout)
+        self.head = SequenceHead(config, num_labels, input_dropout=config.effective_classifier_dropout
+                                 if config.classifier_input_dropout else 0.0)
         init_head(self.head, config)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,

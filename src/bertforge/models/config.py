@@ -71,8 +71,11 @@ class EncoderConfig:
     hidden_dropout: float = 0.1  # dropout on embeddings and on each sub-layer's output
     attention_dropout: float = 0.1  # dropout on attention probabilities
     classifier_dropout: float | None = None  # dropout before a sequence classifier; None = hidden_dropout
-    classifier_input_dropout: bool = False  # the sequence classifier also drops out the pooled token before its dense layer, at classifier_dropout's rate: HF's RoBERTa, ELECTRA and MPNet classification heads run dropout, dense, activation, dropout, out_proj (BERT's pooler and DistilBERT's pre_classifier have no first dropout); the multiple-choice scorer never does
+    classifier_input_dropout: bool = False  # the sequence classifier also drops out the pooled token before its dense layer, at classifier_dropout's rate: HF's RoBERTa, ELECTRA and MPNet classification heads run dropout, dense, activation, dropout, out_proj (BERT's pooler and DistilBERT's pre_classifier have no first dropout); the multiple-choice scorer's is choice_input_dropout
     token_classifier_dropout: str = "classifier"  # the token classifier's dropout rate: classifier (classifier_dropout, else hidden_dropout: HF BERT, RoBERTa, ELECTRA) | hidden (hidden_dropout whatever classifier_dropout is: HF DistilBERT, DeBERTa-v2, MPNet)
+    pooler_dropout: float = 0.0  # dropout on the pooled token before the head's dense layer, at its own rate, in the sequence classifier and the multiple-choice scorer: DeBERTa's ContextPooler (pooler_dropout); 0 = none
+    choice_input_dropout: float = 0.0  # the multiple-choice scorer also drops out the pooled token before its dense layer, at this rate: ELECTRA's summary_first_dropout; 0 = none
+    choice_dropout: float | None = None  # the multiple-choice scorer's dropout before its linear layer; None = classifier_dropout's rate (ELECTRA's summary_last_dropout is its own)
     norm_eps: float = 1e-12  # LayerNorm epsilon
     activation: str = "gelu"  # gelu (exact) | gelu_tanh | relu | silu — MLP and head activation
     position: str = "learned"  # learned | rope | alibi
@@ -145,7 +148,8 @@ class EncoderConfig:
                               "(tokens on both sides together) or leave it unset for global attention")
         if self.global_every_n is not None and self.global_every_n < 1:
             raise ConfigError(f"model `global_every_n` is {self.global_every_n}; it must be at least 1")
-        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout", "pooler_dropout", "choice_input_dropout",
+                     "choice_dropout"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise ConfigError(f"model `{name}` is {value}; it must be in [0, 1)")
@@ -171,6 +175,11 @@ class EncoderConfig:
     @property
     def effective_classifier_dropout(self) -> float:
         return self.hidden_dropout if self.classifier_dropout is None else self.classifier_dropout
+
+    @property
+    def choice_dropout_rate(self) -> float:
+        """The multiple-choice scorer's dropout before its linear layer."""
+        return self.effective_classifier_dropout if self.choice_dropout is None else self.choice_dropout
 
     @property
     def token_dropout(self) -> float:

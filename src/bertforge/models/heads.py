@@ -103,19 +103,23 @@ class SequenceHead(nn.Module):
     cls / mean / last: [CLS], the token mean or the last token, then dense-act-norm (as HF
     `ModernBertForSequenceClassification` does for cls and mean).
 
-    `input_dropout`: drop out the pooled vector before the dense layer too, at the classifier's rate, so the masks
-    are drawn where HF's RoBERTa/ELECTRA/MPNet `*ClassificationHead` draws them (dropout, dense, activation,
-    dropout, out_proj); off, the head is BERT's (pooler, dropout, classifier)."""
+    Dropouts, each drawn only where its rate is not 0, in the order HF's heads draw them: `config.pooler_dropout`
+    on the pooled vector (DeBERTa's ContextPooler); `input_dropout` on it too, before the dense layer (HF's
+    RoBERTa/ELECTRA/MPNet `*ClassificationHead`: dropout, dense, activation, dropout, out_proj; ELECTRA's
+    multiple-choice summary_first_dropout); `dropout` before the linear layer (None: the classifier's rate).
+    Without the first two the head is BERT's (pooler, dropout, classifier)."""
 
-    def __init__(self, config: EncoderConfig, num_outputs: int, *, input_dropout: bool = False):
+    def __init__(self, config: EncoderConfig, num_outputs: int, *, input_dropout: float = 0.0,
+                 dropout: float | None = None):
         super().__init__()
         self.pooling = config.pooling
         pooler = config.pooling in POOLER_ACTIVATIONS
         self.pooler = Pooler(config, config.pooling) if pooler else None
         self.transform = PredictionTransform(config) if not pooler else None
-        self.dropout = Dropout(config.effective_classifier_dropout)
-        # the same module as `dropout`, as HF applies its one nn.Dropout twice; None draws no mask at all
-        self.input_dropout = self.dropout if input_dropout else None
+        # None: the head has no such dropout (its HF class: an Identity, or no module at all)
+        self.pooler_dropout = Dropout(config.pooler_dropout) if config.pooler_dropout else None
+        self.input_dropout = Dropout(input_dropout) if input_dropout else None
+        self.dropout = Dropout(config.effective_classifier_dropout if dropout is None else dropout)
         self.classifier = nn.Linear(config.hidden_size, num_outputs)
 
     def input_rows(self, cu_seqlens: torch.Tensor) -> torch.Tensor | None:
@@ -126,7 +130,8 @@ class SequenceHead(nn.Module):
         """Logits from the states of `input_rows`: every token's [tokens, hidden] for mean pooling, else
         one state per sequence [sequences, hidden]."""
         pooled = pool(hidden, cu_seqlens, self.pooling)
-        if self.input_dropout is not None:
-            pooled = self.input_dropout(pooled)
+        for first_dropout in (self.pooler_dropout, self.input_dropout):
+            if first_dropout is not None:
+                pooled = first_dropout(pooled)
         pooled = self.pooler(pooled) if self.pooler is not None else self.transform(pooled)
         return self.classifier(self.dropout(pooled))

@@ -100,6 +100,8 @@ def _with_overrides(config: EncoderConfig, overrides: dict[str, object], source:
     if unknown:
         raise ConfigError(f"{', '.join(unknown)} cannot change when starting from {source} (the weights fix them); "
                           f"only {', '.join(RUNTIME_FIELDS)} can")
+    if "classifier_dropout" in overrides:  # the rate the run asks of its classifier, the multiple-choice scorer too
+        overrides = {"choice_dropout": None, **overrides}
     return dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
 
 

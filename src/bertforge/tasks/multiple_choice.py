@@ -223,7 +223,8 @@ class BertforgeForMultipleChoice(SavableModel, nn.Module):
         super().__init__()
         self.config = config
         self.encoder = BertforgeModel(config)
-        self.head = SequenceHead(config, 1)
+        self.head = SequenceHead(config, 1, input_dropout=config.choice_input_dropout,
+                                 dropout=config.choice_dropout_rate)
         init_head(self.head, config)
 
     def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,

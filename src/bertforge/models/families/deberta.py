@@ -19,9 +19,12 @@ position and position-to-content scores from one relative-distance table for the
   starts fresh); exports are written `legacy: false`;
 - the sequence classifier and the multiple-choice scorer are `pooler.dense` + `pooler_hidden_act` on the
   first token (ContextPooler), then `classifier`: gelu/relu/tanh are our gelu_pooler/relu_pooler/pooler;
+  the ContextPooler drops out the first token before its dense layer at `pooler_dropout` (our
+  `pooler_dropout`), and both heads drop out its output at `cls_dropout`;
 - refused in one line, as bertforge cannot run them exactly: the ConvLayer (`conv_kernel_size`, unused
-  by v3-small/base), `relative_attention: false`, an `embedding_size` other than hidden_size, a
-  ContextPooler with its own width or dropout (`pooler_hidden_size`, `pooler_dropout`).
+  by v3-small/base), `relative_attention: false`, an `embedding_size` other than hidden_size; and a
+  `pooler_hidden_size` other than hidden_size, which transformers' own ContextPooler cannot run either
+  (its dense is pooler_hidden_size wide and reads the hidden_size-wide first token).
 """
 
 from __future__ import annotations
@@ -143,10 +146,11 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
     if embedding_size not in (None, hf.hidden_size):
         raise _refuse(source, "embedding_size", embedding_size, "embeddings narrower than hidden_size are not "
                       "supported for DeBERTa-v2")
-    if getattr(hf, "pooler_hidden_size", hf.hidden_size) != hf.hidden_size or getattr(hf, "pooler_dropout", 0):
-        raise _refuse(source, "pooler_hidden_size / pooler_dropout",
-                      (getattr(hf, "pooler_hidden_size", None), getattr(hf, "pooler_dropout", None)),
-                      "bertforge's first-token pooler is as wide as the encoder, without its own dropout")
+    pooler_size = getattr(hf, "pooler_hidden_size", hf.hidden_size)
+    if pooler_size != hf.hidden_size:
+        raise _refuse(source, "pooler_hidden_size", pooler_size,
+                      f"transformers' ContextPooler runs only at hidden_size ({hf.hidden_size}): its dense layer "
+                      "reads the first token's hidden state; set it to hidden_size")
     pooler_act = getattr(hf, "pooler_hidden_act", "gelu")
     if pooler_act not in POOLER_ACTIVATION_TO_POOLING:
         raise _refuse(source, "pooler_hidden_act", pooler_act,
@@ -171,7 +175,8 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
         bias=True, tie_word_embeddings=True if not getattr(hf, "legacy", True) else bool(hf.tie_word_embeddings),
         pooling=POOLER_ACTIVATION_TO_POOLING[pooler_act], initializer_range=hf.initializer_range,
         # DebertaV2ForTokenClassification drops out at hidden_dropout_prob, not cls_dropout
-        token_classifier_dropout="hidden", disentangled_attention=disentangled,
+        token_classifier_dropout="hidden", pooler_dropout=float(getattr(hf, "pooler_dropout", None) or 0.0),
+        disentangled_attention=disentangled,
     )
 
 
@@ -185,7 +190,7 @@ def config_to_hf(config: EncoderConfig, common: dict[str, object],
         pos_att_type="|".join(relative.terms), position_buckets=relative.position_buckets or -1,
         max_relative_positions=relative.max_relative_positions, share_att_key=relative.share_att_key,
         norm_rel_ebd="layer_norm" if relative.norm_relative_embeddings else "none",
-        pooler_hidden_size=config.hidden_size, pooler_dropout=0.0,
+        pooler_hidden_size=config.hidden_size, pooler_dropout=config.pooler_dropout,
         pooler_hidden_act=POOLING_TO_POOLER_ACTIVATION.get(config.pooling, "gelu"),
         cls_dropout=config.classifier_dropout, legacy=False, **bert_config_values(config, common))
 

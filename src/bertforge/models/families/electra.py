@@ -4,11 +4,13 @@ The encoder is BERT's, layer for layer and name for name. Its quirks: the embedd
 width (`embedding_size`; electra-small: 128 against hidden 256), are summed and normalised at it,
 and `embeddings_project` widens them to hidden_size (bertforge's `embedding_size` and
 `embeddings.project`); no pooler; a sequence classifier of its own (`classifier.dense` + exact GELU
-+ `classifier.out_proj` on [CLS]: `pooling: gelu_pooler`); the generator (`ElectraForMaskedLM`)
-maps back to the embeddings' width (`generator_predictions`: dense + GELU + norm) and decodes with
-the word embeddings. `ElectraForPreTraining` (the discriminator as released, e.g.
-google/electra-base-discriminator) imports as its encoder: its replaced-token-detection head
-(`discriminator_predictions`) has no bertforge counterpart and is left out, with a message.
++ `classifier.out_proj` on [CLS]: `pooling: gelu_pooler`); a multiple-choice head whose
+SequenceSummary drops out at its own rates (`summary_first_dropout` before its dense layer,
+`summary_last_dropout` after it: bertforge's `choice_input_dropout` and `choice_dropout`); the
+generator (`ElectraForMaskedLM`) maps back to the embeddings' width (`generator_predictions`: dense
++ GELU + norm) and decodes with the word embeddings. `ElectraForPreTraining` (the discriminator as
+released, e.g. google/electra-base-discriminator) imports as its encoder: its replaced-token-detection
+head (`discriminator_predictions`) has no bertforge counterpart and is left out, with a message.
 An import remembers `model_type: electra` (`hf_model_type`), so an electra-base (embeddings as wide
 as the encoder, no projection) exports as ELECTRA too, not as the BERT it equals.
 """
@@ -90,9 +92,13 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
         raise BertforgeError(f"{source}: summary_type/summary_use_proj/summary_activation are {summary}; bertforge "
                              f"imports ELECTRA checkpoints with transformers' defaults {SUMMARY} (dense+GELU on [CLS])")
     embedding_size = hf.embedding_size if hf.embedding_size != hf.hidden_size else None
-    # ElectraClassificationHead drops out [CLS] before its dense layer as well as after it
+    # ElectraClassificationHead drops out [CLS] before its dense layer as well as after it; the multiple-choice
+    # SequenceSummary at its own two rates (summary_first_dropout: no ElectraConfig field, present only where a
+    # config.json sets it)
     return dataclasses.replace(bert_config_from_hf(hf, source), embedding_size=embedding_size,
-                               pooling="gelu_pooler", classifier_input_dropout=True, hf_model_type="electra")
+                               pooling="gelu_pooler", classifier_input_dropout=True,
+                               choice_input_dropout=float(getattr(hf, "summary_first_dropout", None) or 0.0),
+                               choice_dropout=float(hf.summary_last_dropout or 0.0), hf_model_type="electra")
 
 
 def config_to_hf(config: EncoderConfig, common: dict[str, object],
@@ -101,7 +107,8 @@ def config_to_hf(config: EncoderConfig, common: dict[str, object],
     return transformers.ElectraConfig(
         embedding_size=config.embedding_width, type_vocab_size=config.type_vocab_size,
         classifier_dropout=config.classifier_dropout,
-        summary_last_dropout=config.effective_classifier_dropout,  # ElectraForMultipleChoice's dropout
+        # ElectraForMultipleChoice's SequenceSummary: dropout, dense, GELU, dropout
+        summary_first_dropout=config.choice_input_dropout, summary_last_dropout=config.choice_dropout_rate,
         **bert_config_values(config, common))
 
 
