@@ -17,7 +17,15 @@ import pytest
 import torch
 import transformers
 from helpers.hf_step_parity import losses_step_for_step
-from test_model_families import family_tokenizer, hf_outputs, max_diff, our_outputs, padded_batch, sharpen
+from test_model_families import (
+    assert_sentence_transformers_gives_our_vectors,
+    family_tokenizer,
+    hf_outputs,
+    max_diff,
+    our_outputs,
+    padded_batch,
+    sharpen,
+)
 
 from bertforge.errors import BertforgeError
 from bertforge.models.config import DisentangledAttention
@@ -147,6 +155,13 @@ def test_the_export_runs_in_pipeline_as_our_model_does(tmp_path: Path, head: str
         probabilities = output.logits.softmax(-1)[1:-1]  # the pipeline leaves out [CLS] and [SEP]
         assert [entity["score"] for entity in theirs] == pytest.approx(
             probabilities.max(-1).values.tolist(), abs=1e-5)
+
+
+def test_an_embedding_model_exports_to_sentence_transformers_with_our_vectors(
+        tmp_path: Path, tokenizer_source: tuple[Path, list[str]]) -> None:
+    tokenizer_dir, _ = tokenizer_source
+    vocab_size = len(transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir)))
+    assert_sentence_transformers_gives_our_vectors(tiny_deberta("Model", vocab_size=vocab_size), tokenizer_dir, tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -279,3 +279,82 @@ def test_fill_mask_reads_roberta_mask_token_and_agrees_with_the_pipeline(tmp_pat
     theirs = transformers.pipeline("fill-mask", model=str(source), top_k=3)(text)
     assert [p.token for p in ours] == [p["token"] for p in theirs]
     assert [p.score for p in ours] == pytest.approx([p["score"] for p in theirs], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# the exports in transformers' pipelines and in sentence-transformers
+
+PIPELINES = {"Model": "feature-extraction", "ForMaskedLM": "fill-mask", "ForSequenceClassification": "text-classification",
+             "ForTokenClassification": "token-classification"}
+TAGS = ["O", "B-X", "I-X"]
+
+
+@pytest.fixture(scope="module")
+def saved_tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each family's tiny tokenizer (`family_tokenizer`), trained once and saved."""
+    from bertforge.data.bundled import supersense_lines
+
+    texts = [json.loads(line)["text"] for line in supersense_lines("train", 400)]
+    saved = {}
+    for family in FAMILIES:
+        saved[family] = tmp_path_factory.mktemp(f"tokenizer-{family}")
+        family_tokenizer(family, texts).save_pretrained(str(saved[family]))
+    return saved
+
+
+@pytest.mark.parametrize(("family", "head"), CASES, ids=CASE_IDS)
+def test_the_export_runs_in_pipeline_as_our_model_scores(tmp_path: Path, family: str, head: str,
+                                                         saved_tokenizers: dict[str, Path]) -> None:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(saved_tokenizers[family]))
+    ours = from_hf(tiny_hf_model(family, head, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                 id2label=dict(enumerate(TAGS)), label2id={tag: i for i, tag in enumerate(TAGS)}))
+    result = export_hf(ours.eval(), saved_tokenizers[family], tmp_path / "export")
+    run = transformers.pipeline(PIPELINES[head], model=str(result.directory))
+    text = f"a person who {tokenizer.mask_token} the law" if head == "ForMaskedLM" else "a person who knows the laws"
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        output = ours(ids)
+    if head == "Model":
+        assert max_diff(torch.tensor(run(text)[0]), output) <= TOLERANCE
+    elif head == "ForMaskedLM":
+        best = output.mlm_logits[ids[0].tolist().index(tokenizer.mask_token_id)].softmax(-1).topk(3)
+        predictions = run(text, top_k=3)
+        assert [p["token"] for p in predictions] == best.indices.tolist()
+        assert [p["score"] for p in predictions] == pytest.approx(best.values.tolist(), abs=1e-5)
+    elif head == "ForSequenceClassification":
+        scores = {row["label"]: row["score"] for row in run(text, top_k=None)}
+        assert [scores[tag] for tag in TAGS] == pytest.approx(output.logits[0].softmax(-1).tolist(), abs=1e-5)
+    else:
+        words = run(text, aggregation_strategy="none", ignore_labels=[])
+        tags = output.logits.argmax(-1)[1:-1]  # without <s> / [CLS] and the separator
+        assert [row["entity"] for row in words] == [TAGS[int(tag)] for tag in tags]
+        assert [row["score"] for row in words] == pytest.approx(
+            output.logits.softmax(-1).max(-1).values[1:-1].tolist(), abs=1e-5)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_an_embedding_model_exports_to_sentence_transformers_with_our_vectors(tmp_path: Path, family: str,
+                                                                            saved_tokenizers: dict[str, Path]) -> None:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(saved_tokenizers[family]))
+    hf_model = tiny_hf_model(family, "Model", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    assert_sentence_transformers_gives_our_vectors(hf_model, saved_tokenizers[family], tmp_path)
+
+
+def assert_sentence_transformers_gives_our_vectors(hf_model: transformers.PreTrainedModel, tokenizer_dir: Path,
+                                                   tmp_path: Path) -> None:
+    """The bare `hf_model`, saved and started as an embedding model (the token mean), exported as a
+    sentence-transformers directory: the real library loads it as the family's class and embeds as we do."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from bertforge.embed import embed_texts, load_embedder
+    from bertforge.engine import EngineSettings
+    from bertforge.models.loading import load_for_task
+    from bertforge.models.sentence_transformers_format import export_sentence_transformers
+
+    hf_model.save_pretrained(str(tmp_path / "source"))
+    embedder = load_for_task(tmp_path / "source", "embedding").eval()
+    result = export_sentence_transformers(embedder, tokenizer_dir, tmp_path / "st", max_seq_length=24)
+    assert (result.format, result.architecture) == ("sentence-transformers", type(hf_model).__name__)
+    texts = ["a person who knows the laws", "the law", "an act of the people who make laws and keep them"]
+    theirs = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts)
+    ours = embed_texts(load_embedder(tmp_path / "st"), texts, EngineSettings(batch_size=2))
+    assert abs(ours - theirs).max() <= TOLERANCE

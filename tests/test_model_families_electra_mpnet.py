@@ -16,6 +16,7 @@ import pytest
 import torch
 import transformers
 from helpers.hf_step_parity import losses_step_for_step
+from test_model_families import assert_sentence_transformers_gives_our_vectors
 
 from bertforge.errors import BertforgeError
 from bertforge.models.attention_backends import AvailableKernels, LayerNeeds, choose_backend
@@ -218,6 +219,12 @@ def test_an_electra_as_wide_as_its_embeddings_exports_as_electra_not_bert(tmp_pa
     result = export_hf(ours, None, tmp_path / "export")
     assert type(transformers.AutoModelForSequenceClassification.from_pretrained(
         str(result.directory))).__name__ == "ElectraForSequenceClassification"
+
+
+def test_an_electra_embedding_model_exports_to_sentence_transformers_with_our_vectors(tmp_path: Path) -> None:
+    """(MPNet's: the real all-mpnet-base-v2 below.)"""
+    family_tokenizer("electra").save_pretrained(str(tmp_path / "tokenizer"))
+    assert_sentence_transformers_gives_our_vectors(tiny_hf_model("electra", "Model"), tmp_path / "tokenizer", tmp_path)
 
 
 def test_mpnet_buckets_every_offset_as_transformers_does() -> None:
