@@ -282,6 +282,37 @@ def test_fill_mask_reads_roberta_mask_token_and_agrees_with_the_pipeline(tmp_pat
 
 
 # ---------------------------------------------------------------------------------------------
+# multiple choice: RoBERTa's kind reads the encoder's tanh pooler (as BERT's), DistilBERT's its pre_classifier + ReLU
+
+CHOICES = 3
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_multiple_choice_imports_and_exports_with_the_stock_class_scores(tmp_path: Path, family: str) -> None:
+    import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
+
+    prefix = FAMILIES[family][1]
+    hf_model = tiny_hf_model(family, "ForMultipleChoice")
+    ours = from_hf(hf_model).eval()
+    assert type(ours).__name__ == "BertforgeForMultipleChoice"
+    lengths = [9, 4, 13, 6, 11, 2]  # two questions of CHOICES candidates
+    ids, mask = (tensor.view(2, CHOICES, -1) for tensor in padded_batch(hf_model.config.pad_token_id, lengths))
+    packed = unpad_inputs(ids.flatten(0, 1), mask.flatten(0, 1))
+    with torch.no_grad():
+        expected = hf_model(input_ids=ids, attention_mask=mask).logits
+        got = ours(input_ids=packed.input_ids, cu_seqlens=packed.cu_seqlens, max_seqlen=packed.max_seqlen,
+                   choice_counts=torch.full((2,), CHOICES)).logits
+    assert max_diff(got, expected) <= TOLERANCE
+    result = export_hf(ours, None, tmp_path / "export")
+    assert (result.format, result.architecture) == ("transformers", f"{prefix}ForMultipleChoice")
+    reloaded, loading = transformers.AutoModelForMultipleChoice.from_pretrained(
+        str(result.directory), output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    with torch.no_grad():
+        assert max_diff(reloaded.eval()(input_ids=ids, attention_mask=mask).logits, expected) <= TOLERANCE
+
+
+# ---------------------------------------------------------------------------------------------
 # the exports in transformers' pipelines and in sentence-transformers
 
 PIPELINES = {"Model": "feature-extraction", "ForMaskedLM": "fill-mask", "ForSequenceClassification": "text-classification",

@@ -3,7 +3,8 @@
 Its quirks: separate q_lin/k_lin/v_lin (fused into our one matrix, as BERT's); every LayerNorm's
 epsilon fixed at 1e-12 whatever the config; no pooler in the encoder; a sequence classifier that
 is `pre_classifier` + ReLU + dropout + `classifier` on [CLS] (`pooling: relu_pooler` here), with its
-own dropout (`seq_classif_dropout`, bertforge's `classifier_dropout`). Sinusoidal positions
+own dropout (`seq_classif_dropout`, bertforge's `classifier_dropout`), and the same head, one output per
+candidate, in `DistilBertForMultipleChoice`. Sinusoidal positions
 (`sinusoidal_pos_embds: true`: fixed, not trained) are refused: bertforge's positions are learned.
 """
 
@@ -57,9 +58,17 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("head.pooler.dense.bias", "pre_classifier.bias"),
         ("head.classifier.weight", "classifier.weight"),
         ("head.classifier.bias", "classifier.bias")),
+    # the sequence classifier's pre_classifier + ReLU, dropout and linear layer, one score per choice
+    "DistilBertForMultipleChoice": (
+        ("head.pooler.dense.weight", "pre_classifier.weight"),
+        ("head.pooler.dense.bias", "pre_classifier.bias"),
+        ("head.classifier.weight", "classifier.weight"),
+        ("head.classifier.bias", "classifier.bias")),
     "DistilBertForTokenClassification": (("classifier.weight", "classifier.weight"),
                                          ("classifier.bias", "classifier.bias")),
 }
+
+POOLED_CLASSES = ("DistilBertForSequenceClassification", "DistilBertForMultipleChoice")  # pre_classifier + ReLU
 
 
 def unfit_reason(config: EncoderConfig) -> str:
@@ -78,9 +87,9 @@ def unfit_head(hf_class: str, model: Any) -> str:
         return "HF DistilBertModel has no pooler"
     if hf_class == "DistilBertForPreTraining":
         return "HF DistilBERT has no next-sentence-prediction head"
-    if hf_class == "DistilBertForSequenceClassification" and model.config.pooling != "relu_pooler":
-        return (f"HF DistilBertForSequenceClassification always uses pre_classifier+ReLU on [CLS] "
-                f"(pooling=relu_pooler), not pooling={model.config.pooling}")
+    if hf_class in POOLED_CLASSES and model.config.pooling != "relu_pooler":
+        return (f"HF {hf_class} always uses pre_classifier+ReLU on [CLS] (pooling=relu_pooler), "
+                f"not pooling={model.config.pooling}")
     return ""
 
 

@@ -6,7 +6,9 @@ tokens), which bertforge keeps as `position_offset` and adds to each packed sequ
 one token type (the pair layout `<s> a </s></s> b </s>` has no segment ids); an MLM head
 (`lm_head`) whose activation is exact GELU whatever `hidden_act` says; a classifier
 (`classifier.dense` + tanh + `classifier.out_proj` on `<s>`) that is BERT's pooler and classifier
-under other names, with no pooler in the encoder. The three model types are three records
+under other names, with no pooler in the encoder; a multiple-choice head that is BERT's (the encoder's
+tanh pooler, dropout at `hidden_dropout_prob` whatever `classifier_dropout` says, a one-output linear
+layer). The three model types are three records
 (`FAMILIES`): an import remembers its `model_type` (`hf_model_type`) so an export writes it back.
 """
 
@@ -47,6 +49,13 @@ SEQUENCE_HEAD: tuple[KeyPair, ...] = (
     ("head.classifier.bias", "classifier.out_proj.bias"),
 )
 TOKEN_HEAD: tuple[KeyPair, ...] = (("classifier.weight", "classifier.weight"), ("classifier.bias", "classifier.bias"))
+CHOICE_HEAD: tuple[KeyPair, ...] = (  # *ForMultipleChoice reads the encoder's own pooler, as BERT's does
+    ("head.pooler.dense.weight", "roberta.pooler.dense.weight"),
+    ("head.pooler.dense.bias", "roberta.pooler.dense.bias"),
+    ("head.classifier.weight", "classifier.weight"),
+    ("head.classifier.bias", "classifier.bias"),
+)
+POOLED_SUFFIXES = ("ForSequenceClassification", "ForMultipleChoice")  # dense + tanh on <s>
 
 
 def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderConfig:
@@ -54,15 +63,18 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
     if hf.pad_token_id is None:
         raise BertforgeError(f"{source}: no pad_token_id in config.json; RoBERTa's positions start after it "
                              "(roberta-base: 1), so give it")
-    # RobertaClassificationHead drops out <s> before its dense layer as well as after it
+    # RobertaClassificationHead drops out <s> before its dense layer as well as after it; *ForMultipleChoice at the
+    # hidden rate
     return dataclasses.replace(bert_config_from_hf(hf, source), position_offset=hf.pad_token_id + 1,
-                               classifier_input_dropout=True, hf_model_type=hf.model_type)
+                               classifier_input_dropout=True, choice_dropout=float(hf.hidden_dropout_prob),
+                               hf_model_type=hf.model_type)
 
 
 def _family(model_type: str, prefix: str) -> ModelFamily:
     """The record of one of the three names of this graph: its model_type and class-name prefix."""
     heads = {prefix + BASE_SUFFIX: (), f"{prefix}ForMaskedLM": MLM_HEAD,
-             f"{prefix}ForSequenceClassification": SEQUENCE_HEAD, f"{prefix}ForTokenClassification": TOKEN_HEAD}
+             f"{prefix}ForSequenceClassification": SEQUENCE_HEAD, f"{prefix}ForTokenClassification": TOKEN_HEAD,
+             f"{prefix}ForMultipleChoice": CHOICE_HEAD}
     # an encoder remembers which name it was imported under; one made here (none recorded) is RoBERTa
     names = (None, model_type) if model_type == "roberta" else (model_type,)
 
@@ -81,9 +93,8 @@ def _family(model_type: str, prefix: str) -> ModelFamily:
             return f"HF {prefix} has no next-sentence-prediction head"
         if hf_class == f"{prefix}ForMaskedLM" and model.config.activation != "gelu":
             return f"HF {prefix}'s MLM head applies exact GELU, not activation={model.config.activation}"
-        if hf_class == f"{prefix}ForSequenceClassification" and model.config.pooling != "pooler":
-            return (f"HF {prefix}ForSequenceClassification always uses dense+tanh on <s>, not "
-                    f"pooling={model.config.pooling}")
+        if hf_class in [prefix + suffix for suffix in POOLED_SUFFIXES] and model.config.pooling != "pooler":
+            return f"HF {hf_class} always uses dense+tanh on <s>, not pooling={model.config.pooling}"
         return ""
 
     def config_to_hf(config: EncoderConfig, common: dict[str, object],
