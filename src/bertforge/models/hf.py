@@ -7,8 +7,11 @@ match a family's is exported as that family's stock class, so users can ship it 
 code; anything else (ALiBi, GLU with post-norm, ...) is exported in bertforge's own format with a
 message saying so.
 
-Export builds the `transformers` model, loads the converted weights into it strictly and lets
-`save_pretrained` write the directory, so what we write is exactly what `from_pretrained` reads.
+Export writes what `save_pretrained` of the stock model writes, without building that model: the tensors
+under the class's names (each shared tensor once) in `model.safetensors`, and the family's `transformers` config
+class writes config.json. Importing a model class costs about 1 s of CPU (torch._dynamo, scipy) in every process
+that exports; tests/test_hf_export_files.py compares both ways for every family and head. `to_hf_model` still
+builds the stock model for the ONNX export, which traces it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertforge.console import log
@@ -410,27 +413,75 @@ class ExportResult:
     message: str
 
 
-def to_hf_model(model: BertforgeAny, special_tokens: dict[str, int] | None = None) -> nn.Module:
-    """The equivalent stock `transformers` model (raises if there is none; see `hf_class_name`)."""
+def _exported_class(model: BertforgeAny) -> tuple[str, bool]:
+    """(the stock class `model` exports as, whether that is a bare model with BERT's pooler); raises if none fits."""
     hf_class, reason = hf_class_name(model)
     if hf_class is None:
         raise BertforgeError(f"no stock transformers class for this model: {reason}")
-    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
+    return hf_class, model.encoder_model() is model and model.pooler_module() is not None
 
-    hf_config = hf_config_for(model, hf_class, special_tokens or {})
-    family = family_of_class(hf_class)
-    pooler = model.encoder_model() is model and model.pooler_module() is not None
-    hf_model = family.build_hf_model(getattr(transformers, hf_class), hf_config, pooler)
+
+def _hf_named_tensors(model: BertforgeAny, hf_class: str, pooler: bool) -> list[tuple[str, torch.Tensor]]:
+    """(HF key, our tensor) for every weight of `hf_class`, in the key tables' order; our fused q/k/v in three."""
     ours = model.state_dict()
-    converted: dict[str, torch.Tensor] = {}
+    named: list[tuple[str, torch.Tensor]] = []
     for our_key, hf_key in key_pairs(model.config, hf_class, pooler=pooler):
         if our_key not in ours:
             continue
         if isinstance(hf_key, tuple):
-            for key, part in zip(hf_key, ours[our_key].chunk(3, dim=0), strict=True):
-                converted[key] = part
+            named += zip(hf_key, ours[our_key].chunk(3, dim=0), strict=True)
         else:
-            converted[hf_key] = ours[our_key]
+            named.append((hf_key, ours[our_key]))
+    return named
+
+
+def hf_state_dict(model: BertforgeAny) -> dict[str, torch.Tensor]:
+    """What `save_pretrained` of the stock class writes for `model`: the weights under the class's names, in
+    torch's default dtype (the stock model's). With `tie_word_embeddings` each shared tensor is written once, under
+    the first name the key tables give it: transformers then ties the MLM decoder to the word embeddings and the
+    decoder's bias to the head's, and keeps only the names the tables list first. Without it, transformers ties
+    neither, and every name is written (our one MLM bias under both of BERT's names)."""
+    hf_class, pooler = _exported_class(model)
+    dtype = torch.get_default_dtype()
+    tensors: dict[str, torch.Tensor] = {}
+    written: set[tuple[int, int, tuple[int, ...]]] = set()
+    for hf_key, tensor in _hf_named_tensors(model, hf_class, pooler):
+        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if model.config.tie_word_embeddings and tensor.numel() and identity in written:
+            continue
+        written.add(identity)
+        # a copy of its own: safetensors refuses views that share storage (the three slices of q/k/v)
+        tensors[hf_key] = tensor.detach().to(device="cpu", dtype=dtype, copy=True).contiguous()
+    return tensors
+
+
+# save_pretrained's default `max_shard_size`: a model larger than this is left to it, to write in shards
+SINGLE_FILE_LIMIT_BYTES = 50 * 10**9
+
+
+def write_hf_model(model: BertforgeAny, special_tokens: dict[str, int], directory: Path) -> str:
+    """Write `model.safetensors` and `config.json` of the stock class into `directory`, as `save_pretrained` of
+    that class's model would; returns the class name."""
+    hf_class, _ = _exported_class(model)
+    tensors = hf_state_dict(model)
+    if sum(tensor.numel() * tensor.element_size() for tensor in tensors.values()) > SINGLE_FILE_LIMIT_BYTES:
+        to_hf_model(model, special_tokens).save_pretrained(str(directory))
+        return hf_class
+    hf_config = hf_config_for(model, hf_class, special_tokens)
+    hf_config.dtype = str(torch.get_default_dtype()).removeprefix("torch.")  # save_pretrained records the weights'
+    save_file(tensors, str(directory / SAFE_WEIGHTS[0]), metadata={"format": "pt"})
+    hf_config.save_pretrained(str(directory))
+    return hf_class
+
+
+def to_hf_model(model: BertforgeAny, special_tokens: dict[str, int] | None = None) -> nn.Module:
+    """The equivalent stock `transformers` model (raises if there is none; see `hf_class_name`)."""
+    hf_class, pooler = _exported_class(model)
+    import transformers  # here, not at the top: loading a bertforge model must not pay for importing transformers
+
+    hf_config = hf_config_for(model, hf_class, special_tokens or {})
+    hf_model = family_of_class(hf_class).build_hf_model(getattr(transformers, hf_class), hf_config, pooler)
+    converted = dict(_hf_named_tensors(model, hf_class, pooler))
     _, hf_tied = untied_state_dict(hf_model)
     missing, unexpected = hf_model.load_state_dict(converted, strict=False)
     missing = [key for key in missing if key not in hf_tied]
@@ -450,10 +501,10 @@ def export_hf(model: BertforgeAny, tokenizer_dir: str | Path | None, out_dir: st
                    "own format (load it with bertforge.models.load_bertforge_model)")
         log.warning(message)
         return ExportResult(out_dir.resolve(), "bertforge", type(model).__name__, message)
-    hf_model = to_hf_model(model, special_token_ids(tokenizer_dir))
+    special_tokens = special_token_ids(tokenizer_dir)
 
     def write(staging: Path) -> None:
-        hf_model.save_pretrained(str(staging))
+        write_hf_model(model, special_tokens, staging)
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, staging)
 

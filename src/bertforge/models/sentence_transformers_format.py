@@ -116,7 +116,7 @@ def export_sentence_transformers(model: BertforgeForEmbedding, tokenizer_dir: st
     custom code; an encoder without a stock `transformers` class is written in bertforge's format instead.
     `max_seq_length` (default: the model's position limit, at most 512) is where both truncate."""
     from bertforge.models.families import family_of_class
-    from bertforge.models.hf import ExportResult, hf_class_name, to_hf_model
+    from bertforge.models.hf import ExportResult, hf_class_name, write_hf_model
     from bertforge.models.serialization import (
         copy_tokenizer_files,
         save_bertforge_model,
@@ -135,13 +135,13 @@ def export_sentence_transformers(model: BertforgeForEmbedding, tokenizer_dir: st
         return ExportResult(out_dir.resolve(), "bertforge", type(model).__name__, message)
     if max_seq_length is None:
         max_seq_length = min(512, config.max_sequence_length) if config.position == "learned" else 512
-    hf_model = to_hf_model(model.encoder, special_token_ids(tokenizer_dir))
+    special_tokens = special_token_ids(tokenizer_dir)
     # a model trained here has no BERT pooler (its vectors never use one): sentence-transformers must build the
     # BertModel without it too, or transformers reports the pooler "MISSING ... newly initialized" on every load
     model_args = family_of_class(hf_class).load_arguments(hf_class, model.pooler_module() is not None)
 
     def write(staging: Path) -> None:
-        hf_model.save_pretrained(str(staging))
+        write_hf_model(model.encoder, special_tokens, staging)
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, staging)
         write_sentence_transformers_files(staging, config.hidden_size, config.pooling, model.normalize,
