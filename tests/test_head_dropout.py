@@ -82,9 +82,9 @@ def hf_dropout_draws_as_ours(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.nn.Dropout, "forward", lambda self, x: dropout(x, self.p, self.training))
 
 
-def tiny_hf_model(family: str, head: str) -> transformers.PreTrainedModel:
+def tiny_hf_model(family: str, head: str, **overrides: object) -> transformers.PreTrainedModel:
     config_class, prefix, settings = FAMILIES[family]
-    values = SHARED | settings
+    values = SHARED | settings | overrides
     if family == "distilbert":  # its own names for the shared sizes
         values = {k: v for k, v in values.items()
                   if k not in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
