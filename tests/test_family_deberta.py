@@ -96,12 +96,16 @@ def test_export_loads_in_the_stock_class_with_equal_logits(tmp_path: Path, head:
 # ---------------------------------------------------------------------------------------------
 # training: 6 AdamW steps with clipping, dropout off, the same losses as transformers step for step
 
-@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("head", [*HEADS, "ForMultipleChoice"])
 def test_six_adamw_steps_give_the_stock_class_losses_step_for_step(head: str) -> None:
+    import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
+
     hf_model = tiny_deberta(head, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     ours = from_hf(hf_model)
-    batches = [padded_batch(0, lengths, seed=step) for step, lengths in enumerate(
-        [[17, 5, 30, 11], [9, 22], [30, 30, 3], [12, 7, 19, 25, 4], [28], [6, 14, 21]])]
+    batch_lengths = [[17, 5, 30, 11], [9, 22], [30, 30, 3], [12, 7, 19, 25, 4], [28], [6, 14, 21]]
+    if head == "ForMultipleChoice":  # questions of two candidates: an even number of rows
+        batch_lengths = [[17, 5, 30, 11], [9, 22], [30, 30, 3, 8], [12, 7, 19, 25], [28, 6], [6, 14, 21, 10]]
+    batches = [padded_batch(0, lengths, seed=step) for step, lengths in enumerate(batch_lengths)]
     our_losses, their_losses = losses_step_for_step(hf_model, ours, head, batches)
     assert len(our_losses) == 6 and their_losses[-1] != their_losses[0]
     for step, (mine, theirs) in enumerate(zip(our_losses, their_losses, strict=True)):

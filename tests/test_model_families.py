@@ -123,10 +123,15 @@ def test_export_loads_in_the_stock_class_with_equal_logits(tmp_path: Path, famil
     assert max_diff(hf_outputs(reloaded.eval(), head, ids, mask), hf_outputs(hf_model, head, ids, mask)) <= TOLERANCE
 
 
-@pytest.mark.parametrize(("family", "head"), CASES, ids=CASE_IDS)
+STEP_CASES = CASES + [(family, "ForMultipleChoice") for family in FAMILIES]
+
+
+@pytest.mark.parametrize(("family", "head"), STEP_CASES, ids=[f"{family}-{head}" for family, head in STEP_CASES])
 def test_training_steps_follow_transformers_step_for_step(family: str, head: str) -> None:
     """Six AdamW steps with clipping, dropout off: HF's losses step for step (`helpers/hf_step_parity.py`)."""
     from helpers.hf_step_parity import losses_step_for_step
+
+    import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
 
     no_dropout = ({"dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0} if family == "distilbert"
                   else {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout": 0.0})

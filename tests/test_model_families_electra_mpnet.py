@@ -120,11 +120,16 @@ def test_export_loads_in_the_stock_class_with_equal_logits(tmp_path: Path, famil
     assert max_diff(hf_outputs(reloaded.eval(), head, ids, mask), hf_outputs(hf_model, head, ids, mask)) <= TOLERANCE
 
 
-@pytest.mark.parametrize(("family", "head"), CASES, ids=CASE_IDS)
+STEP_CASES = CASES + [(family, "ForMultipleChoice") for family in FAMILIES]
+
+
+@pytest.mark.parametrize(("family", "head"), STEP_CASES, ids=[f"{family}-{head}" for family, head in STEP_CASES])
 def test_training_steps_follow_transformers_step_for_step(family: str, head: str) -> None:
+    import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
+
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-    if family == "electra":
-        no_dropout["classifier_dropout"] = 0.0
+    if family == "electra":  # its classification head's and its multiple-choice summary's own rates
+        no_dropout |= {"classifier_dropout": 0.0, "summary_last_dropout": 0.0}
     hf_model = tiny_hf_model(family, head, **no_dropout)
     ours = from_hf(hf_model)
     batches = [padded_batch(family, seed) for seed in range(6)]

@@ -8,7 +8,9 @@ Any family x head joins by handing over its HF model (dropout off) and our impor
 
 Each head's loss is its HF class's own (`labels=`), against ours computed the way the trainer does
 (sums over the batch divided by what HF averages over); a bare encoder has no loss of its own, so
-both get the mean squared distance of the real tokens' states to a fixed random target.
+both get the mean squared distance of the real tokens' states to a fixed random target. A
+multiple-choice head reads each batch's rows as questions of CHOICES candidates (HF: [questions,
+choices, length]; ours: every candidate one packed sequence, `choice_counts`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from torch import nn
 from bertforge.models.encoder import unpad_inputs
 
 IGNORED = -100
+CHOICES = 2  # candidates per question of a multiple-choice batch: its rows in consecutive pairs
 
 
 def batch_labels(head: str, ids: torch.Tensor, mask: torch.Tensor, num_labels: int, hidden_size: int,
                  seed: int) -> torch.Tensor:
     """What each head is trained on, in HF's padded layout (-100: not a target)."""
     generator = torch.Generator().manual_seed(seed)
+    if head == "ForMultipleChoice":
+        return torch.randint(0, CHOICES, (ids.shape[0] // CHOICES,), generator=generator)
     if head == "ForSequenceClassification":
         return torch.randint(0, num_labels, (ids.shape[0],), generator=generator)
     if head == "ForTokenClassification":
@@ -42,6 +47,8 @@ def hf_loss(hf_model: nn.Module, head: str, ids: torch.Tensor, mask: torch.Tenso
     if head == "Model":
         states = hf_model(input_ids=ids, attention_mask=mask).last_hidden_state
         return (states[mask.bool()] - labels[mask.bool()]).pow(2).mean()
+    if head == "ForMultipleChoice":
+        ids, mask = ids.view(-1, CHOICES, ids.shape[1]), mask.view(-1, CHOICES, mask.shape[1])
     return hf_model(input_ids=ids, attention_mask=mask, labels=labels).loss
 
 
@@ -52,6 +59,9 @@ def our_loss(model: nn.Module, head: str, ids: torch.Tensor, mask: torch.Tensor,
         return (model(**fields) - labels[mask.bool()]).pow(2).mean()
     if head == "ForSequenceClassification":
         return model(**fields, labels=labels).loss_sum / ids.shape[0]
+    if head == "ForMultipleChoice":
+        counts = torch.full((len(labels),), CHOICES)
+        return model(**fields, choice_counts=counts, labels=labels).loss_sum / len(labels)
     targets = labels[mask.bool()]
     if head == "ForTokenClassification":
         return model(**fields, labels=targets).loss_sum / (targets != IGNORED).sum()
