@@ -75,7 +75,7 @@ class EncoderConfig:
     token_classifier_dropout: str = "classifier"  # the token classifier's dropout rate: classifier (classifier_dropout, else hidden_dropout: HF BERT, RoBERTa, ELECTRA) | hidden (hidden_dropout whatever classifier_dropout is: HF DistilBERT, DeBERTa-v2, MPNet)
     pooler_dropout: float = 0.0  # dropout on the pooled token before the head's dense layer, at its own rate, in the sequence classifier and the multiple-choice scorer: DeBERTa's ContextPooler (pooler_dropout); 0 = none
     choice_input_dropout: float = 0.0  # the multiple-choice scorer also drops out the pooled token before its dense layer, at this rate: ELECTRA's summary_first_dropout; 0 = none
-    choice_dropout: float | None = None  # the multiple-choice scorer's dropout before its linear layer; None = classifier_dropout's rate (ELECTRA's summary_last_dropout is its own)
+    choice_dropout: float | None = None  # the multiple-choice scorer's dropout before its linear layer; None = classifier_dropout's rate (imports set it where the family's own differs: ELECTRA's summary_last_dropout; RoBERTa, XLM-R and CamemBERT drop out at hidden_dropout_prob)
     norm_eps: float = 1e-12  # LayerNorm epsilon
     activation: str = "gelu"  # gelu (exact) | gelu_tanh | relu | silu — MLP and head activation
     position: str = "learned"  # learned | rope | alibi
