@@ -245,37 +245,74 @@ def confusion_table(matrix: np.ndarray, label_names: Sequence[str], title: str =
     return table
 
 
+# a matrix this small gets its counts written in the cells; a larger one would be a wall of numbers (and 2,025 text
+# artists at 45 classes): its counts are in the report and the results JSON
+COUNTS_IN_CELLS_UP_TO = 12
+CONFUSION_DPI = 120
+
+
 def save_confusion_matrix_png(matrix: np.ndarray, label_names: Sequence[str], path: str | Path,
                               title: str = "confusion matrix") -> Path:
     """A heat map, normalised per true class so rare classes stay readable; counts in small matrices."""
-    # a bare Figure renders with Agg and leaves pyplot's global backend and figure list alone
-    from matplotlib.figure import Figure
-
+    figure = confusion_matrix_figure(matrix, label_names, title)
     path = Path(path)
-    counts = np.asarray(matrix, dtype=np.float64)
-    rows = counts.sum(axis=1, keepdims=True)
-    normalised = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
-    size = max(4.0, 0.32 * len(label_names) + 2.5)
-    figure = Figure(figsize=(size + 1.0, size))
-    axes = figure.subplots()
-    image = axes.imshow(normalised, cmap="Blues", vmin=0.0, vmax=1.0)
-    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04, label="fraction of the true class")
-    ticks = np.arange(len(label_names))
-    axes.set_xticks(ticks, labels=label_names, rotation=90, fontsize=7 if len(label_names) > 12 else 9)
-    axes.set_yticks(ticks, labels=label_names, fontsize=7 if len(label_names) > 12 else 9)
-    axes.set_xlabel("predicted class")
-    axes.set_ylabel("true class")
-    axes.set_title(title)
-    if len(label_names) <= 12:
-        for (row, column), count in np.ndenumerate(matrix):
-            axes.text(column, row, str(count), ha="center", va="center",
-                      color="white" if normalised[row, column] > 0.5 else "black", fontsize=8)
-    figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     try:
-        figure.savefig(partial, format="png", dpi=120)
+        figure.savefig(partial, format="png")
         os.replace(partial, path)  # never leave a half-written PNG under the final name
     finally:
         partial.unlink(missing_ok=True)
     return path
+
+
+def confusion_matrix_figure(matrix: np.ndarray, label_names: Sequence[str], title: str) -> Any:
+    """The heat map `save_confusion_matrix_png` writes, as a matplotlib Figure."""
+    # a bare Figure renders with Agg and leaves pyplot's global backend and figure list alone
+    from matplotlib.figure import Figure
+
+    counts = np.asarray(matrix, dtype=np.float64)
+    rows = counts.sum(axis=1, keepdims=True)
+    normalised = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
+    label_size = 7 if len(label_names) > COUNTS_IN_CELLS_UP_TO else 9
+    size, margins = _confusion_layout(label_names, label_size)
+    figure = Figure(figsize=size, dpi=CONFUSION_DPI)
+    figure.subplots_adjust(**margins)
+    axes = figure.subplots()
+    image = axes.imshow(normalised, cmap="Blues", vmin=0.0, vmax=1.0)
+    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04, label="fraction of the true class")
+    ticks = np.arange(len(label_names))
+    axes.set_xticks(ticks, labels=label_names, rotation=90, fontsize=label_size)
+    axes.set_yticks(ticks, labels=label_names, fontsize=label_size)
+    axes.set_xlabel("predicted class")
+    axes.set_ylabel("true class")
+    axes.set_title(title)
+    if len(label_names) <= COUNTS_IN_CELLS_UP_TO:
+        for (row, column), count in np.ndenumerate(matrix):
+            axes.text(column, row, str(count), ha="center", va="center",
+                      color="white" if normalised[row, column] > 0.5 else "black", fontsize=8)
+    return figure
+
+
+def _confusion_layout(label_names: Sequence[str],
+                      label_size: float) -> tuple[tuple[float, float], dict[str, float]]:
+    """(figure width and height in inches, the margins as figure fractions): a square of cells 0.32 in a class
+    (at least 2.4 in), with room around it for the class names, axis labels, title and colour bar.
+
+    The room is measured from the names' own widths (font metrics, nothing drawn): `tight_layout` finds it by
+    laying out every artist once more before `savefig` draws them, a third of the CPU a 45-class matrix takes."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    inch = 72.0  # points
+    axis_label = 10 * 1.2 + 4 + 3.5 + 3.5 + 8  # rcParams' 10 pt axis label line, its pad, tick pad and length, room
+    title = 12 * 1.2 + 6 + 8  # the 12 pt title line, its pad, room
+    colour_bar = 10 * 1.2 + 4 + 3 * 10 * 0.6 + 3.5 + 3.5 + 8  # its label, pad, "0.8"-wide tick labels, ticks, room
+    font = FontProperties(size=label_size)
+    widest = max(TextToPath().get_text_width_height_descent(str(name), font, ismath=False)[0] for name in label_names)
+    names = (widest + axis_label) / inch
+    cells = max(2.4, 0.32 * len(label_names))
+    # the colour bar takes 0.046 + 0.04 (its width, its pad) of the axes' width beside the square of cells
+    width, height = names + cells * 1.1 + colour_bar / inch, names + cells + title / inch
+    return (width, height), {"left": names / width, "bottom": names / height, "right": 1.0 - colour_bar / inch / width,
+                             "top": 1.0 - title / inch / height}
