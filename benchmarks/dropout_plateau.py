@@ -7,12 +7,17 @@ exporting every `--every` steps. `--stage train` trains the arms named (one proc
 by side at most); `--stage score` measures every export of every trained arm (MLM accuracy on fixed masks against
 the unigram baseline, `benchmarks.common.features` diagnostics) and fine-tunes the exports of `--fine-tune-steps`
 (`final` by default; `untrained` is bert-mini's random weights, step 0) on supersense over the lr x dropout grid,
-then writes `benchmarks/results/dropout_plateau.json` and `dropout_plateau_summary.md`.
+then writes `benchmarks/results/dropout_plateau.json` and `dropout_plateau_summary.md` (`--report-name`).
+`--max-steps N` stops each trained recipe arm after N steps (its schedule still planned for the arm's steps);
+`--stage seeds` summarizes the scored arms over `--seeds` (mean ± sd); `--stage cost` times the arms' steps in one
+process, alternating.
 
     .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms recipe
     .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms recipe-dropout
     .venv/bin/python benchmarks/dropout_plateau.py --stage score --arms recipe,recipe-dropout,untrained \
-        --finetune-rows 2000,1000 --fine-tune-steps 100,1254,0    # the run in docs/benchmarks.md
+        --finetune-rows 2000,1000 --fine-tune-steps 100,1254,0    # the single-seed run (benchmarks/results/HISTORY.md)
+    # the 3-seed, 300-step runs in docs/benchmarks.md, "Why the budget recipe fine-tuned to the majority class"
+    .venv/bin/python benchmarks/dropout_plateau.py --stage train --arms recipe --seed 2 --max-steps 300 --every 50
 """
 
 from __future__ import annotations

@@ -91,8 +91,10 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
         result = json.loads(cached.read_text()) if cached.is_file() else {}
         if "curve" not in result:
             record = json.loads(record_path.read_text())
+            wanted = arguments.feature_steps
             result["curve"] = [point | mlm_accuracy(point["model_dir"], validation, "cpu")
-                               | {"features": feature_report(point["model_dir"], texts, str(tokenizer_dir))}
+                               | ({"features": feature_report(point["model_dir"], texts, str(tokenizer_dir))}
+                                  if wanted is None or point["step"] in wanted else {})
                                for point in record["points"]]
             write_atomically(cached, json.dumps(result, indent=1))
         fine_tunes = result.setdefault("fine_tunes", {})
@@ -154,6 +156,9 @@ def render(report: dict[str, Any]) -> str:
               "| last-layer eff. rank |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, arm in report["arms"].items():
         for point in arm["curve"]:
+            if "features" not in point:  # --feature-steps left it out
+                lines.append(f"| {name} | {point['step']} | {point['accuracy']:.4f} | – | – | – | – |")
+                continue
             features = point["features"]
             lines.append(f"| {name} | {point['step']} | {point['accuracy']:.4f} | {features['cls']['mean_cosine']:.3f} "
                          f"| {features['mean_pooled']['mean_cosine']:.3f} | {features['layers'][-1]['common_share']:.3f} "

@@ -32,6 +32,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--seeds", default="1,2,3", help="the pre-training seeds to summarize (seeds)")
     parser.add_argument("--earlier", action="append", default=[], help="an earlier score report for arms and seeds "
                         "not scored under --work-dir (seeds; repeatable)")
+    parser.add_argument("--feature-steps", default=None, help="measure the features of these exported steps only, "
+                        "comma-separated (score; default every export)")
     parser.add_argument("--cost-steps", type=int, default=40, help="steps per timed run (cost)")
     parser.add_argument("--cost-rounds", type=int, default=2, help="rounds of every arm in turn (cost)")
     parser.add_argument("--threads", type=int, default=1)
@@ -51,6 +53,8 @@ def parse_arguments() -> argparse.Namespace:
                                      for rate in arguments.downstream_dropouts.split(",")]
     arguments.fine_tune_steps = [step.strip() for step in arguments.fine_tune_steps.split(",") if step.strip()]
     arguments.arms = [arm.strip() for arm in arguments.arms.split(",")]
+    if arguments.feature_steps is not None:
+        arguments.feature_steps = {int(step) for step in arguments.feature_steps.split(",")}
     unknown = sorted(set(arguments.arms) - set(ARMS) - ({UNTRAINED} if arguments.stage != "train" else set()))
     if unknown:
         parser.error(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
