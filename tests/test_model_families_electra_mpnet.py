@@ -352,11 +352,13 @@ def test_real_all_mpnet_base_v2_embeds_as_sentence_transformers_and_exports_to_i
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_finetune_starts_from_a_saved_tiny_hf_directory_of_the_family(tmp_path: Path, family: str) -> None:
+def test_finetune_starts_from_a_saved_tiny_hf_directory_of_the_family(tmp_path: Path, family: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """`bertforge finetune model.init_from=<dir>` on the family's masked-LM checkpoint and tokenizer: the final model
     is the family's stock sequence classifier, and it scores the tokenizer's own pair layout as our model does."""
-    from helpers.finetuning import run_cli, supersense_files
+    from helpers.finetuning import supersense_files
 
+    from bertforge.cli import main
     from bertforge.data.labeled import bert_tokenizer
     from bertforge.inference import load_model
 
@@ -367,12 +369,13 @@ def test_finetune_starts_from_a_saved_tiny_hf_directory_of_the_family(tmp_path: 
     run_dir = tmp_path / "runs" / family
     recipe = tmp_path / "from-tiny.yaml"
     recipe.write_text(f"model: {{init_from: {source}}}\n", encoding="utf-8")
-    done = run_cli("finetune", str(recipe),
-                   *supersense_files(tmp_path / "data", train=32, validation=16, test=16),
-                   f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", "train.max_steps=2",
-                   "train.micro_batch_size=16", "train.global_batch_size=16", "finetune.max_length=40",
-                   "data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false")
-    assert done.returncode == 0, done.stderr[-3000:]
+    # `bertforge finetune` in this process: what is tested is the model it writes, not the process
+    code = main(["finetune", str(recipe),
+                 *supersense_files(tmp_path / "data", train=32, validation=16, test=16),
+                 f"run.output_dir={run_dir.parent}", f"run.name={run_dir.name}", "train.max_steps=2",
+                 "train.micro_batch_size=16", "train.global_batch_size=16", "finetune.max_length=40",
+                 "data.num_workers=0", "log.tensorboard=false", "log.plots=false", "log.progress=false"])
+    assert code == 0, capsys.readouterr().err[-3000:]
     final = run_dir / "final"
     stock = transformers.AutoModelForSequenceClassification.from_pretrained(str(final)).eval()
     assert type(stock).__name__ == f"{FAMILIES[family][1]}ForSequenceClassification"
