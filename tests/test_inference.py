@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, run_cli, supersense_files
+from helpers.cli import error_line
+from helpers.finetuning import TINY_MODEL, finetune, minilm_dir, supersense_files
 
 from bertforge.cli import main
 from bertforge.engine import EngineSettings
@@ -110,14 +111,12 @@ def test_evaluate_reports_the_same_metrics_as_the_run_and_writes_the_report(clas
     assert (tmp_path / "heldout_confusion_matrix.png").is_file() and (tmp_path / "heldout_report.md").is_file()
 
 
-def test_evaluate_names_the_line_of_a_label_the_model_does_not_know(classifier_run: Path, tmp_path: Path) -> None:
+def test_evaluate_names_the_line_of_a_label_the_model_does_not_know(classifier_run: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "labeled.tsv"
     data.write_text("text\tlabel\na small domesticated carnivore\tnoun.animal\nto move fast\tverb.running\n")
-    result = run_cli("evaluate", str(classifier_run), "--data", str(data))
-    assert result.returncode == 2
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and f"{data}:3: label 'verb.running'" in errors[0], result.stderr
-    assert "the model's labels" in errors[0] and "Traceback" not in result.stderr
+    error = error_line(capsys, "evaluate", str(classifier_run), "--data", str(data))  # exit 2, one line, no traceback
+    assert f"{data}:3: label 'verb.running'" in error and "the model's labels" in error
 
 
 def test_fill_mask_equals_the_transformers_pipeline_on_the_exported_model(mlm_model: tuple[Path, Path]) -> None:

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import trainer_tasks
-from helpers.finetuning import run_cli
+from helpers.cli import error_line
 from helpers.models import tiny_config
 
+from bertforge.cli import main
 from bertforge.config import config_to_yaml, load_config
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.train.trainer import Trainer
@@ -76,7 +77,8 @@ def test_resume_reads_no_pickle_planted_in_the_checkpoint(tmp_path: Path, sentin
     assert json.loads((checkpoint(run_dir, 6) / "meta.json").read_text())["step"] == 6
 
 
-def test_a_checkpoint_holding_pickled_state_is_refused_in_one_line(tmp_path: Path, sentinel: Path) -> None:
+def test_a_checkpoint_holding_pickled_state_is_refused_in_one_line(tmp_path: Path, sentinel: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """What an earlier bertforge wrote (or a crafted copy of it) is not read: one line says how to go on."""
     run_dir = tmp_path / "run"
     train(run_dir, 2)
@@ -86,11 +88,8 @@ def test_a_checkpoint_holding_pickled_state_is_refused_in_one_line(tmp_path: Pat
         plant(state / f"{name}.pt", sentinel)
     config = run_dir.parent / "run.yaml"
     config.write_text(config_to_yaml(config_for(run_dir, "train.max_steps=4")), encoding="utf-8")
-    result = run_cli("train", "--task", TASK, str(config))
-    assert result.returncode == 2, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "earlier bertforge" in errors[0] and "model.init_from=" in errors[0], result.stderr
-    assert "Traceback" not in result.stderr
+    error = error_line(capsys, "train", "--task", TASK, str(config))  # exit 2, one line, no traceback
+    assert "earlier bertforge" in error and "model.init_from=" in error
 
 
 def test_a_latest_marker_naming_a_checkpoint_outside_the_run_is_ignored(tmp_path: Path, sentinel: Path) -> None:
@@ -170,8 +169,7 @@ def model_with_planted_pickles(tmp_path: Path, sentinel: Path) -> Path:
 
 
 def test_export_reads_no_pickle_beside_the_weights(model_with_planted_pickles: Path, tmp_path: Path) -> None:
-    result = run_cli("export", str(model_with_planted_pickles), "--out", str(tmp_path / "exported"))
-    assert result.returncode == 0, result.stderr
+    assert main(["export", str(model_with_planted_pickles), "--out", str(tmp_path / "exported")]) == 0
 
 
 def test_init_from_reads_no_pickle_beside_the_weights(model_with_planted_pickles: Path, tmp_path: Path) -> None:
@@ -180,7 +178,8 @@ def test_init_from_reads_no_pickle_beside_the_weights(model_with_planted_pickles
     assert load_for_task(str(model_with_planted_pickles), "pretraining") is not None
 
 
-def test_init_from_a_pickled_hugging_face_checkpoint_never_unpickles_it(tmp_path: Path, sentinel: Path) -> None:
+def test_init_from_a_pickled_hugging_face_checkpoint_never_unpickles_it(tmp_path: Path, sentinel: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """A Hugging Face directory whose only weights are a pickle (pytorch_model.bin): refused or read with
     the restricted unpickler, never run."""
     from transformers import BertConfig
@@ -190,9 +189,7 @@ def test_init_from_a_pickled_hugging_face_checkpoint_never_unpickles_it(tmp_path
     BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                intermediate_size=48).save_pretrained(directory)
     plant(directory / "pytorch_model.bin", sentinel)
-    result = run_cli("export", str(directory), "--out", str(tmp_path / "exported"))
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
+    error_line(capsys, "export", str(directory), "--out", str(tmp_path / "exported"))  # exit 2, one line, no traceback
 
 
 def test_state_files_refuse_what_they_did_not_write(tmp_path: Path) -> None:
