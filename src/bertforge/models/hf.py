@@ -40,6 +40,7 @@ from bertforge.models.families import (
     family_of_model_type,
 )
 from bertforge.models.for_pretraining import BertforgeForPreTraining
+from bertforge.models.init import every_weight_loaded_next
 from bertforge.models.serialization import (
     MODEL_CLASSES,
     copy_tokenizer_files,
@@ -392,8 +393,9 @@ def _load_named_as_hf_class(directory: str | Path, hf_class: str, hf_config: tra
     hf_config._name_or_path = str(directory)  # as `from_pretrained` names it (the errors and logs say so)
     hf_state = in_head_layout(hf_class, hf_config, load_file(str(path)))
     rng = torch.get_rng_state()
-    model = _model_for_state(hf_class, hf_config, hf_state, task, num_labels=num_labels, problem_type=problem_type,
-                             label_names=label_names, nsp=nsp)
+    with every_weight_loaded_next():  # loaded only when the file holds every weight (else built again, drawn)
+        model = _model_for_state(hf_class, hf_config, hf_state, task, num_labels=num_labels,
+                                 problem_type=problem_type, label_names=label_names, nsp=nsp)
     if not _holds_every_weight(model, hf_state):
         torch.set_rng_state(rng)  # the fallback builds the model again: the same draws as if this had not run
         return None

@@ -20,7 +20,7 @@ from bertforge.models.embedding import BertforgeForEmbedding, embedding_pooling
 from bertforge.models.encoder import BertforgeModel
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
-from bertforge.models.init import weights_from_checkpoint
+from bertforge.models.init import every_weight_loaded_next, weights_from_checkpoint
 from bertforge.models.serialization import MODEL_CLASSES, is_bertforge_model_dir, load_bertforge_model
 from bertforge.models.token_classification import BertforgeForTokenClassification
 
@@ -88,7 +88,7 @@ def as_embedding_model(source: BertforgeAny, path: Path) -> BertforgeForEmbeddin
         return source
     settings = read_sentence_transformers(path)
     config = dataclasses.replace(source.config, pooling=embedding_pooling(source, path))
-    with weights_from_checkpoint():  # every weight comes from `source`; an embedding model has no other
+    with weights_from_checkpoint(), every_weight_loaded_next():  # every weight comes from `source`: it has no other
         target = BertforgeForEmbedding(config, normalize=settings is not None and settings.normalize,
                                        pooler=source.pooler_module() is not None)
     _transfer(source, target)

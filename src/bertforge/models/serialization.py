@@ -28,6 +28,7 @@ from bertforge import __version__
 from bertforge.disk import disk_write
 from bertforge.errors import BertforgeError
 from bertforge.models.config import EncoderConfig
+from bertforge.models.init import every_weight_loaded_next
 
 CONFIG_NAME = "bertforge_model.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -183,7 +184,8 @@ def load_bertforge_model(directory: str | Path, expected_class: type[ModelT] | N
         raise BertforgeError(f"{directory} holds a {class_name}, not a {expected_class.__name__}; "
                              "load it with load_bertforge_model() or bertforge.models.load_for_task()")
     config = EncoderConfig.from_dict(description["encoder_config"], source=str(directory / CONFIG_NAME))
-    model = cls(config, **description.get("head_arguments", {}))
+    with every_weight_loaded_next():  # `_load_weights` fills every weight or refuses the directory
+        model = cls(config, **description.get("head_arguments", {}))
     _load_weights(model, directory, description.get("tied_weights", {}), map_location)
     return model  # type: ignore[return-value]
 
