@@ -34,12 +34,16 @@ def special_tokens_of(directory: Path | None, tokenizer: Tokenizer) -> dict[str,
                 value = value.get("content")
             if isinstance(value, str) and role not in found:
                 found[role] = value
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    def in_vocabulary(token: str) -> bool:
+        # not `token in tokenizer.get_vocab()`: that builds the whole vocabulary as a dict, 40 ms for MiniLM's
+        # 30k words, and a fine-tune asks here about ten times
+        return tokenizer.token_to_id(token) is not None
+
     for role in ROLES:
         if role not in found:
             found[role] = next((defaults[role] for defaults in (BERT_TOKENS, ROBERTA_TOKENS)
-                                if defaults[role] in vocab), BERT_TOKENS[role])
-    return {role: token for role, token in found.items() if token in vocab}
+                                if in_vocabulary(defaults[role])), BERT_TOKENS[role])
+    return {role: token for role, token in found.items() if in_vocabulary(token)}
 
 
 def special_token_ids(tokenizer_dir: str | Path | None) -> dict[str, int]:
