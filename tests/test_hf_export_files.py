@@ -18,6 +18,7 @@ import transformers
 from safetensors import safe_open
 
 import bertforge.tasks.kinds  # noqa: F401  (registers the heads a task kind's own module defines: multiple choice)
+from bertforge.models import hf
 from bertforge.models.families import FAMILIES
 from bertforge.models.hf import from_hf, hf_class_name, to_hf_model, write_hf_model
 
@@ -99,3 +100,16 @@ def test_the_export_writes_what_save_pretrained_of_the_stock_model_writes(tmp_pa
     ids = torch.randint(4, 96, (2, 3, 9) if choices else (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.equal(reloaded.eval()(input_ids=ids)[0], stock_model(input_ids=ids)[0])
+
+
+def test_a_model_over_the_single_file_limit_is_left_to_save_pretrained(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """save_pretrained shards a model over 50 GB; the export hands such a model to it rather than write one file."""
+    monkeypatch.setattr(hf, "SINGLE_FILE_LIMIT_BYTES", 1)
+    ours = tiny_model("bert", "BertForMaskedLM", True)
+    assert write_hf_model(ours, SPECIAL_TOKENS, tmp_path) == "BertForMaskedLM"
+    reloaded, loading = transformers.BertForMaskedLM.from_pretrained(str(tmp_path), output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    ids = torch.randint(4, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(input_ids=ids).logits, to_hf_model(ours).eval()(input_ids=ids).logits)

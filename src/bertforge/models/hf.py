@@ -453,7 +453,8 @@ def hf_state_dict(model: BertforgeAny) -> dict[str, torch.Tensor]:
             continue
         written.add(identity)
         # a copy of its own: safetensors refuses views that share storage (the three slices of q/k/v)
-        tensors[hf_key] = tensor.detach().to(device="cpu", dtype=dtype, copy=True).contiguous()
+        tensors[hf_key] = tensor.detach().to(device="cpu", dtype=dtype if tensor.is_floating_point() else None,
+                                             copy=True).contiguous()
     return tensors
 
 
@@ -465,10 +466,10 @@ def write_hf_model(model: BertforgeAny, special_tokens: dict[str, int], director
     """Write `model.safetensors` and `config.json` of the stock class into `directory`, as `save_pretrained` of
     that class's model would; returns the class name."""
     hf_class, _ = _exported_class(model)
-    tensors = hf_state_dict(model)
-    if sum(tensor.numel() * tensor.element_size() for tensor in tensors.values()) > SINGLE_FILE_LIMIT_BYTES:
+    if sum(tensor.numel() for tensor in model.parameters()) * torch.get_default_dtype().itemsize > SINGLE_FILE_LIMIT_BYTES:
         to_hf_model(model, special_tokens).save_pretrained(str(directory))
         return hf_class
+    tensors = hf_state_dict(model)
     hf_config = hf_config_for(model, hf_class, special_tokens)
     hf_config.dtype = str(torch.get_default_dtype()).removeprefix("torch.")  # save_pretrained records the weights'
     save_file(tensors, str(directory / SAFE_WEIGHTS[0]), metadata={"format": "pt"})
