@@ -3,6 +3,7 @@ Starting a fine-tune from a saved model still draws its fresh head exactly as be
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,13 @@ import torch
 from helpers.finetuning import minilm_dir
 from helpers.models import minilm_sized_config
 
+from bertforge.errors import BertforgeError
 from bertforge.inference import load_model
 from bertforge.models import BertforgeForPreTraining, save_bertforge_model
 from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.hf import export_hf
 from bertforge.models.loading import load_for_task
+from bertforge.models.serialization import load_bertforge_model
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +56,19 @@ def test_a_fresh_head_on_a_saved_encoder_is_drawn_after_the_same_draws_as_before
     head, expected_head = model.head.state_dict(), expected.head.state_dict()
     pooler = {key for key in head if key.startswith("pooler.")}  # BERT's pooler comes from the saved model
     assert pooler and all(torch.equal(head[key], expected_head[key]) for key in head.keys() - pooler)
+
+
+def test_a_weight_stored_once_for_two_names_that_the_model_no_longer_ties_is_refused(saved: dict,
+                                                                                     tmp_path: Path) -> None:
+    """The MLM decoder is stored once, as the word embeddings; a description edited to untie them would leave the
+    decoder unread (the memory it was built with, now that loading draws nothing): one line, not a model."""
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    for path in Path(saved["pretrained_dir"]).iterdir():  # type: ignore[arg-type]
+        (edited / path.name).write_bytes(path.read_bytes())
+    description = json.loads((edited / "bertforge_model.json").read_text(encoding="utf-8"))
+    assert "mlm_head.decoder.weight" in description["tied_weights"]
+    description["encoder_config"]["tie_word_embeddings"] = False
+    (edited / "bertforge_model.json").write_text(json.dumps(description), encoding="utf-8")
+    with pytest.raises(BertforgeError, match="missing \\['mlm_head.decoder.weight'\\].*modified or is corrupt"):
+        load_bertforge_model(edited)

@@ -202,7 +202,11 @@ def _load_weights(model: torch.nn.Module, directory: Path, tied: dict[str, str],
     if not weights_path.is_file():
         raise BertforgeError(f"{weights_path} is missing; the model directory is incomplete, save it again")
     missing, unexpected = model.load_state_dict(load_file(str(weights_path), device=str(map_location)), strict=False)
-    missing = [key for key in missing if key not in tied]
+    state = model.state_dict()
+    # a weight stored once for two names must be one tensor again: one the model does not tie was never read
+    untied = [key for key, owner in tied.items()
+              if key in state and owner in state and state[key].data_ptr() != state[owner].data_ptr()]
+    missing = [key for key in missing if key not in tied] + untied
     if missing or unexpected:
         raise BertforgeError(f"{weights_path} does not match its {CONFIG_NAME}: missing {missing[:5]}, "
                              f"unexpected {unexpected[:5]}; the directory was modified or is corrupt")
