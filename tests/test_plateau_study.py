@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmarks.ttq.plateau_seeds import arm_seed_record, render
 from benchmarks.ttq.settings import DEFAULT_RECIPE
+from benchmarks.ttq.step_cost import measure_step_costs
 from benchmarks.ttq.step_matched import StepArm, train_recipe
 
 TINY = ("model.preset=bert-tiny", "train.micro_batch_size=4", "train.global_batch_size=4", "train.log_every=1",
@@ -50,6 +51,7 @@ def test_a_seed_record_leaves_the_plateau_at_the_first_export_past_the_margin_wi
                              fine_tunes(100, [0.2, 0.1, 0.3], [0.1, 0.0, 0.2]), baseline, 150, "scores",
                              [SETTING], [17, 2024, 31337])
     assert record["plateau_exit_step"] == 100  # 0.0601 > 0.05 + 0.01
+    assert record["plateau_exit_step_100"] == 100
     assert list(record["mlm_accuracy"]) == ["50", "100", "150"]  # step 200 is past the cap
     assert record["common_share_step_100"] == 0.8
     ft = record["fine_tuned"]["100"][SETTING]
@@ -64,4 +66,16 @@ def test_the_seed_table_gives_each_arm_a_mean_and_spread_over_its_seeds() -> Non
     report = {"unigram_accuracy": 0.05, "plateau_margin": 0.01, "step_cap": 300, "majority_class_accuracy": 0.124,
               "fine_tuning_settings": [SETTING], "downstream_seeds": [17], "arms": {"recipe": records}}
     text = render(report)
-    assert "| **recipe** | mean ± sd (3) | 100 ± 0 | 0.600 ± 0.100 | 0.0500 ± 0.0000 | 0.0800 ± 0.0100 |" in text
+    assert "| **recipe** | mean ± sd (3) | 100 ± 0 | 100 ± 0 | 0.600 ± 0.100 | 0.0500 ± 0.0000 | 0.0800 ± 0.0100 |" in text
+
+
+def test_the_step_cost_times_each_arm_in_turn_and_states_the_ratio_to_the_first(
+        tmp_path: Path, prepared_corpus: Path) -> None:
+    arms = [StepArm("tiny", "recipe", 100, TINY), StepArm("tiny-dropout", "recipe", 100,
+                                                          (*TINY, "train.disable_dropout=false"))]
+    costs = measure_step_costs(arms, 1, prepared_corpus, tmp_path, steps=8, rounds=2, threads=1)
+    assert len(costs["rounds"]) == 2 and all(set(row) == {"tiny", "tiny-dropout"} for row in costs["rounds"])
+    assert all(seconds > 0 for row in costs["rounds"] for seconds in row.values())
+    ratios = costs["ratio_to_tiny"]
+    assert ratios["tiny"] == 1.0 and ratios["tiny-dropout"] > 0
+    assert costs["timed_steps_per_run"] == 2

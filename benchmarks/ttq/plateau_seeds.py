@@ -26,9 +26,14 @@ def arm_seed_record(curve: list[dict[str, Any]], fine_tunes: dict[str, list[dict
     return {
         "source": source,
         "plateau_exit_step": plateau_exit(curve, baseline),
+        # on a 100-step grid too: the single-seed runs exported every 100 steps, the capped ones every 50
+        "plateau_exit_step_100": plateau_exit([point for point in curve if point["step"] % 100 == 0], baseline),
+        "exports_every": min((point["step"] for point in curve if point["step"] > 0), default=None),
         "mlm_accuracy": {str(point["step"]): point["accuracy"] for point in curve},
         "common_share_step_100": (at_feature_step["features"]["layers"][-1]["common_share"]
-                                  if at_feature_step else None),
+                                  if at_feature_step and "features" in at_feature_step else None),
+        "common_share_last": (curve[-1]["features"]["layers"][-1]["common_share"]
+                              if curve and "features" in curve[-1] else None),
         "fine_tuned": {step: setting_means(runs, settings, seeds) for step, runs in fine_tunes.items()
                        if step_cap is None or int(step) <= step_cap},
     }
@@ -87,8 +92,8 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"Unigram guess (validation, fixed masks): {report['unigram_accuracy']:.4f}; on the plateau = MLM "
              f"accuracy at most {report['plateau_margin']} above it; step cap {report['step_cap']}; supersense "
              f"majority class {report['majority_class_accuracy']}", "",
-             "| arm | seed | plateau exit step | common share @100 | "
-             + " | ".join(f"MLM acc @{step}" for step in steps) + " |", "|---|---|---:|---:|" + "---:|" * len(steps)]
+             "| arm | seed | plateau exit step | exit on the 100-step grid | common share @100 | "
+             + " | ".join(f"MLM acc @{step}" for step in steps) + " |", "|---|---|---:|---:|---:|" + "---:|" * len(steps)]
     for name, seeds in table.items():
         if name == UNTRAINED:
             continue
@@ -96,15 +101,19 @@ def render(report: dict[str, Any]) -> str:
         for seed, record in seeds.items():
             share = record["common_share_step_100"]
             lines.append(f"| {name} | {seed} | {record['plateau_exit_step'] or 'not left'} | "
+                         f"{record['plateau_exit_step_100'] or 'not left'} | "
                          + ("–" if share is None else f"{share:.3f}") + " | "
                          + " | ".join(f"{record['mlm_accuracy'][str(step)]:.4f}" if str(step) in record["mlm_accuracy"]
                                       else "–" for step in steps) + " |")
         if len(records) > 1:
             exits = [record["plateau_exit_step"] for record in records]
+            grid_exits = [record["plateau_exit_step_100"] for record in records]
             shares = [record["common_share_step_100"] for record in records
                       if record["common_share_step_100"] is not None]
             lines.append(f"| **{name}** | mean ± sd ({len(records)}) | "
                          + (spread([float(step) for step in exits], 0) if None not in exits else "not left on all")
+                         + " | " + (spread([float(step) for step in grid_exits], 0) if None not in grid_exits
+                                    else "not left on all")
                          + f" | {spread(shares, 3)} | "
                          + " | ".join(spread([record["mlm_accuracy"][str(step)] for record in records
                                               if str(step) in record["mlm_accuracy"]]) for step in steps) + " |")

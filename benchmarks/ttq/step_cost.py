@@ -4,6 +4,7 @@ step-matched comparison (steps to leave the plateau) becomes a time comparison o
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 from itertools import pairwise
@@ -45,8 +46,10 @@ def measure_step_costs(arms: list[StepArm], seed: int, data_dir: Path, work: Pat
     for _ in range(rounds):
         seconds = {}
         for arm in arms:
+            out_dir = work / "cost" / arm.name
+            shutil.rmtree(out_dir, ignore_errors=True)  # a timed run is thrown away; each round starts afresh
             spec = RunSpec(arm="d", budget_minutes=0, seed=seed, model="bert-mini", threads=threads,
-                           out_dir=str(work / "cost" / arm.name), tokenizer_dir="", data_dir=str(data_dir),
+                           out_dir=str(out_dir), tokenizer_dir="", data_dir=str(data_dir),
                            recipe=str(DEFAULT_RECIPE), calibration=(0.0, 0))
             config = bertforge_config(spec, max_steps=arm.steps,
                                       overrides=("train.max_time_minutes=null", "log.plots=false", *arm.overrides))
@@ -54,6 +57,7 @@ def measure_step_costs(arms: list[StepArm], seed: int, data_dir: Path, work: Pat
             Trainer(config, PretrainTask(config), on_step_end=[timer]).fit()
             seconds[arm.name] = timer.seconds_per_step()
         per_round.append(seconds)
+    shutil.rmtree(work / "cost", ignore_errors=True)
     first = arms[0].name
     return {"steps_per_run": steps, "timed_steps_per_run": steps - WARM_STEPS - 1, "rounds": per_round,
             "ratio_to_" + first: {arm.name: statistics.median(row[arm.name] / row[first] for row in per_round)
