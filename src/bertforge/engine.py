@@ -17,7 +17,6 @@ its inputs, a `Workload` (how its inputs become token ids, a batch, and one resu
 
 from __future__ import annotations
 
-import argparse
 import functools
 import queue
 import threading
@@ -32,6 +31,14 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bertforge.console import console, progress_enabled
+
+# the settings live in a module without torch, so a command checks its flags before it imports the engine;
+# re-exported here for the engine's users
+from bertforge.engine_settings import BACKENDS as BACKENDS
+from bertforge.engine_settings import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
+from bertforge.engine_settings import DEFAULT_MAX_BATCH_TOKENS as DEFAULT_MAX_BATCH_TOKENS
+from bertforge.engine_settings import EngineSettings as EngineSettings
+from bertforge.engine_settings import settings_of as settings_of
 from bertforge.errors import BertforgeError, first_line
 
 if TYPE_CHECKING:
@@ -43,33 +50,8 @@ Example = TypeVar("Example")
 Batch = dict[str, Any]
 Backend = Callable[[Batch], Any]  # a batch (bertforge.batch's unpadded layout + the kind's extras) -> model outputs
 
-# benchmarks/engine_budget.py (all-MiniLM-L6-v2, 1,500 glosses of 18 tokens on average, 2 threads, a shared
-# machine, two runs): with no count cap, 16,384 tokens gave 144 and 57 texts/s, 4,096 gave 83 and 48, 1,024 gave
-# 33 and 30; with --batch-size 64 every budget gave 30-73 (the count binds first on short texts). The largest
-# budget tried is the default; its activations stay small on a CPU (bert-base: about 200 MB in the MLP).
-DEFAULT_MAX_BATCH_TOKENS = 16384
-DEFAULT_BATCH_SIZE = 64  # inputs per batch at most (the token budget usually binds first)
-BACKENDS = ("torch", "onnx", "onnx-int8")  # what may run the model: bertforge.backends builds each
 ENCODE_CHUNK = 1024  # inputs per encode_batch call on the tokenizer thread
 QUEUE_CHUNKS = 4  # encoded chunks waiting for the model at most: the tokenizer runs ahead, memory stays bounded
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How the engine batches (`--max-batch-tokens`, `--batch-size`), what its progress bar says, and what runs
-    the model (`--backend`: `bertforge.backends`)."""
-
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
-    batch_size: int = DEFAULT_BATCH_SIZE
-    label: str = "predicting"
-    backend: str = "torch"  # torch | onnx | onnx-int8 (bertforge.backends.BACKENDS)
-
-    def __post_init__(self) -> None:
-        for flag, value in (("--max-batch-tokens", self.max_batch_tokens), ("--batch-size", self.batch_size)):
-            if value < 1:
-                raise BertforgeError(f"{flag} is {value}; give at least 1")
-        if self.backend not in BACKENDS:
-            raise BertforgeError(f"--backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
 
 
 @dataclass(frozen=True)
@@ -256,8 +238,3 @@ def torch_backend(model: nn.Module, output: Callable[[Any], Any] = lambda out: o
         return result.cpu() if isinstance(result, torch.Tensor) else result
 
     return forward
-
-
-def settings_of(args: argparse.Namespace, label: str) -> EngineSettings:
-    """The engine settings of a command's `--max-batch-tokens`, `--batch-size` and `--backend`."""
-    return EngineSettings(args.max_batch_tokens, args.batch_size, label, args.backend)

@@ -63,14 +63,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bertforge.console import log, stdout_console
-    from bertforge.inference import kind_of_loaded
     from bertforge.output_guard import record_outputs
-    from bertforge.tasks.evaluation import write_evaluation
-    from bertforge.tasks.metrics import confusion_table, per_class_table
 
     if args.out_dir:
         claim_report_files(args.out_dir, args.split_name, args.overwrite, [(args.data, "the --data file")])
-    loaded = load_model_for(args)
+    loaded = load_model_for(args, args.data)
+    from bertforge.inference import kind_of_loaded
+    from bertforge.tasks.evaluation import write_evaluation
+    from bertforge.tasks.metrics import confusion_table, per_class_table
+
     report = kind_of_loaded(loaded).evaluate(loaded, args)
     table = Table(title=f"{report.split}: {int(report.metrics['examples']):,} examples from {report.source}")
     table.add_column("metric")

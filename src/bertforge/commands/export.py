@@ -30,10 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.commands.preflight import refuse_missing_model
     from bertforge.console import quiet_transformers, stdout_console
-    from bertforge.export import export_model
+    from bertforge.storage import is_remote
 
+    if not is_remote(args.out):  # a local --out: the model is the first thing `export_model` checks
+        refuse_missing_model(args.model)
     quiet_transformers()
+    from bertforge.export import export_model  # torch: only once MODEL is there
+
     summary = export_model(args.model, args.out, args.format, overwrite=args.overwrite)
     stdout_console.print(f"{summary.format}: {summary.directory}", markup=False, highlight=False)
     return 0

@@ -74,10 +74,13 @@ def fill_one(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
+    from bertforge.commands.preflight import refuse_missing_model
     from bertforge.console import quiet_transformers, stdout_console
-    from bertforge.inference import fill_mask, load_model
 
+    refuse_missing_model(args.model)
     quiet_transformers()
+    from bertforge.inference import fill_mask, load_model  # torch: only once MODEL is there
+
     results = fill_mask(load_model(args.model), args.text, args.top_k)
     if args.json:
         stdout_console.print(json.dumps([[asdict(p) for p in row] for row in results], ensure_ascii=False),
@@ -97,10 +100,10 @@ def fill_file(args: argparse.Namespace) -> int:
     """Every text of --input (or of its part), one output row each, in input order."""
     from dataclasses import asdict
 
+    from bertforge.commands.preflight import refuse_missing_data_file
     from bertforge.console import log, quiet_transformers
-    from bertforge.engine import EngineSettings
+    from bertforge.engine_settings import EngineSettings
     from bertforge.errors import DataError
-    from bertforge.inference import fill_masks, load_model, read_prediction_inputs, write_rows
     from bertforge.output_guard import claim_file, record_outputs
     from bertforge.parts import check_out_without_parts, claim_part, part_of, row_ids, store
 
@@ -113,6 +116,10 @@ def fill_file(args: argparse.Namespace) -> int:
     if args.out is not None and part is None:
         out = claim_file(args.out, command="fill-mask", flag="--out", what="fill-mask file", overwrite=args.overwrite,
                          sources=sources, example_name="filled.jsonl")
+    refuse_missing_data_file(args.input)
+    # torch only now, once --input is there
+    from bertforge.inference import fill_masks, load_model, read_prediction_inputs, write_rows
+
     inputs = read_prediction_inputs(args.input, text_column=args.text_column, id_column=args.id_column,
                                     delimiter=args.delimiter)
     texts, ids = inputs.split.texts, row_ids(inputs.ids, len(inputs.split))

@@ -40,16 +40,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.commands.preflight import refuse_missing_finetune_files
     from bertforge.config import finetune_defaults
     from bertforge.console import quiet_transformers, stdout_console
     from bertforge.run_directory import RunDirectory
-    from bertforge.train.trainer import Trainer
 
     config = resolve_config(args, base=finetune_defaults())
     if config is None:
         return 0
     claim_run(config, "finetune")
+    refuse_missing_finetune_files(config.finetune)
     quiet_transformers()
+    # torch and the trainer only now: a refused config or a missing data file costs no import of them
+    from bertforge.train.trainer import Trainer
+
     result = Trainer(config, finetune_task(config)).fit()
     if result.stopped_by == "signal" or int(os.environ.get("RANK", "0")) != 0:  # one summary under torchrun
         return result.exit_code

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.commands.common import add_command
+from bertforge.engine_settings import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 from bertforge.parts import add_part_arguments
 
 # options that default to the run's own finetune.* setting when MODEL belongs to a run (else the FinetuneSection
@@ -91,20 +92,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 DEFAULT_ID = "id"  # bertforge.inference.DEFAULT_ID_COLUMN, without importing torch to build the parser
-DEFAULT_MAX_BATCH_TOKENS = 16384  # bertforge.engine.DEFAULT_MAX_BATCH_TOKENS, without importing torch
-DEFAULT_BATCH_SIZE = 64  # bertforge.engine.DEFAULT_BATCH_SIZE, likewise
-BACKENDS = ("torch", "onnx", "onnx-int8")  # bertforge.engine.BACKENDS, likewise (the first is the default)
 
 
-def load_model_for(args: argparse.Namespace) -> Any:
+def load_model_for(args: argparse.Namespace, data_file: str | None) -> Any:
     """Check the shared input options, load MODEL and fill the options not given from its run's settings
-    (shared with `bertforge evaluate`)."""
+    (shared with `bertforge evaluate`). A missing MODEL or `data_file` (--input, --data) is refused before
+    torch is imported; the model's own files are read after."""
+    from bertforge.commands.preflight import refuse_missing_data_file, refuse_missing_model
     from bertforge.console import quiet_transformers
-    from bertforge.engine import settings_of
-    from bertforge.inference import load_model
+    from bertforge.engine_settings import settings_of
 
     settings_of(args, "predicting")  # checks --max-batch-tokens and --batch-size before the model loads
+    refuse_missing_model(args.model)
+    refuse_missing_data_file(data_file)
     quiet_transformers()
+    from bertforge.inference import load_model  # torch: only once the inputs above are there
+
     loaded = load_model(args.model)
     fill_from_run(args, loaded.run_settings)
     return loaded
@@ -138,15 +141,8 @@ def _dotted(section: Any, key: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.console import log
-    from bertforge.engine import settings_of
+    from bertforge.engine_settings import settings_of
     from bertforge.errors import BertforgeError
-    from bertforge.inference import (
-        kind_of_loaded,
-        read_prediction_inputs,
-        texts_given,
-        with_ids,
-        write_rows,
-    )
     from bertforge.output_guard import claim_file, record_outputs
     from bertforge.parts import check_out_without_parts, part_of, row_ids
 
@@ -163,7 +159,9 @@ def run(args: argparse.Namespace) -> int:
         out = claim_file(args.out, command="predict", flag="--out", what="predictions file", overwrite=args.overwrite,
                          sources=[(args.input, "the --input file"), (args.model, "MODEL")] if args.input else
                          [(args.model, "MODEL")], recognise=is_predictions_file, example_name="predictions.jsonl")
-    loaded = load_model_for(args)
+    loaded = load_model_for(args, args.input)
+    from bertforge.inference import kind_of_loaded, read_prediction_inputs, texts_given, with_ids, write_rows
+
     if args.text is not None:
         inputs = texts_given(args.text, checked_text_pairs(args, loaded.name))
     else:
@@ -194,7 +192,7 @@ def predict_part(args: argparse.Namespace, part: Any, loaded: Any, split: Any, i
     finished it."""
     from bertforge.console import log
     from bertforge.data.labels import LabeledSplit
-    from bertforge.engine import settings_of
+    from bertforge.engine_settings import settings_of
     from bertforge.inference import kind_of_loaded, with_ids, write_rows
     from bertforge.parts import claim_part, store
 

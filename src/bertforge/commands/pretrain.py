@@ -32,15 +32,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.commands.preflight import refuse_missing_prepared_dataset
     from bertforge.console import quiet_transformers
-    from bertforge.tasks.pretrain import PretrainTask
-    from bertforge.train.trainer import Trainer
 
     quiet_transformers()  # no "Loading weights" / "Writing model shards" bars among ours
     config = resolve_config(args)
     if config is None:
         return 0
     claim_run(config, "pretrain")
+    refuse_missing_prepared_dataset(config.data.path)
+    # torch and the trainer only now: a refused config or a missing dataset costs no import of them
+    from bertforge.tasks.pretrain import PretrainTask
+    from bertforge.train.trainer import Trainer
+
     task = PretrainTask(config)
     result = Trainer(config, task).fit()
     if result.stopped_by != "signal" and int(os.environ.get("RANK", "0")) == 0:  # one summary under torchrun
