@@ -95,7 +95,9 @@ def test_a_missing_data_file_is_refused_with_the_readers_own_line(tmp_path: Path
 def test_inputs_that_exist_or_are_not_local_paths_are_left_to_the_run(tmp_path: Path) -> None:
     present = tmp_path / "train.jsonl"
     present.write_text('{"text": "a", "label": "x"}\n', encoding="utf-8")
-    for reference in (None, str(present), "hf:glue:sst2@train", "s3://bucket/train.csv", f"{tmp_path}@train"):
+    # a missing .txt is left too: `predict` and `embed` read it as one text per line and word their own refusal
+    for reference in (None, str(present), "hf:glue:sst2@train", "s3://bucket/train.csv", f"{tmp_path}@train",
+                      str(tmp_path / "absent.txt")):
         preflight.refuse_missing_data_file(reference)  # nothing read, nothing downloaded, nothing raised
     for model in ("all-MiniLM-L6-v2", "some-org/some-model", str(tmp_path)):
         preflight.refuse_missing_model(model)
