@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,10 @@ def setting_means(runs: list[dict[str, Any]], settings: list[str], seeds: list[i
 
 
 def collect(work: Path, arms: list[str], seeds: list[int], baseline: float, step_cap: int | None,
-            earlier: list[dict[str, Any]], settings: list[str], downstream_seeds: list[int]) -> dict[str, dict[str, Any]]:
-    """{arm: {seed: record}} from the cached scores, else from the earlier reports (their arms of their seed)."""
+            earlier: list[dict[str, Any]], settings: list[str], downstream_seeds: list[int],
+            raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{arm: {seed: record}} from the cached scores, else from the earlier reports (their arms of their seed); `raw`
+    gets what each record was made from (every export's figures and features, each fine-tune and its loss)."""
     table: dict[str, dict[str, Any]] = {}
     for arm in arms:
         for seed in seeds:
@@ -67,6 +70,7 @@ def collect(work: Path, arms: list[str], seeds: list[int], baseline: float, step
                 if found is None:
                     continue
                 result, source = found["arms"][arm], found["source"]
+            raw.setdefault(arm, {})[str(seed)] = result
             table.setdefault(arm, {})[str(seed)] = arm_seed_record(result["curve"], result.get("fine_tunes", {}),
                                                                    baseline, step_cap, source, settings,
                                                                    downstream_seeds)
@@ -159,13 +163,16 @@ def summarize_seeds(arguments: Any, work: Path, data_dir: Path) -> None:
     arms = [arm for arm in arguments.arms if arm in TITLES] + ([UNTRAINED] if UNTRAINED not in arguments.arms else [])
     settings = [str(setting) for setting in fine_tuning_grid(arguments.downstream_lrs, arguments.downstream_dropouts)]
     downstream_seeds = list(DOWNSTREAM_SEEDS[:arguments.downstream_seeds])
+    raw: dict[str, dict[str, Any]] = {}
     majority = next((report["majority_class_accuracy"] for report in earlier), None)
-    report = {"corpus": arguments.corpus, "seeds": seeds, "step_cap": arguments.max_steps,
+    report = {"command": " ".join(["python", *sys.argv]), "corpus": arguments.corpus, "seeds": seeds, "step_cap": arguments.max_steps,
               "unigram_accuracy": baseline, "plateau_margin": PLATEAU_MARGIN, "majority_class_accuracy": majority,
               "fine_tuning_settings": settings, "downstream_seeds": downstream_seeds,
-              "arms": collect(work, arms, seeds, baseline, arguments.max_steps, earlier, settings, downstream_seeds)}
+              "arms": collect(work, arms, seeds, baseline, arguments.max_steps, earlier, settings, downstream_seeds,
+                              raw)}
     destination = Path(arguments.report_dir) if arguments.report_dir else RESULTS
     write_atomically(destination / f"{arguments.report_name}.json", json.dumps(report, indent=1))
+    write_atomically(destination / f"{arguments.report_name}_raw.json", json.dumps(raw, indent=1))
     summary = render(report)
     write_atomically(destination / f"{arguments.report_name}_summary.md", summary)
     print(summary)
