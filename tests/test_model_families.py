@@ -305,14 +305,23 @@ def test_multiple_choice_imports_and_exports_with_the_stock_class_scores(tmp_pat
     assert type(ours).__name__ == "BertforgeForMultipleChoice"
     lengths = [9, 4, 13, 6, 11, 2]  # two questions of CHOICES candidates
     ids, mask = (tensor.view(2, CHOICES, -1) for tensor in padded_batch(hf_model.config.pad_token_id, lengths))
+    assert_choice_scores_and_export_match_the_stock_class(ours, hf_model, ids, mask, f"{prefix}ForMultipleChoice",
+                                                          tmp_path / "export")
+
+
+def assert_choice_scores_and_export_match_the_stock_class(ours: torch.nn.Module, hf_model: torch.nn.Module,
+                                                          ids: torch.Tensor, mask: torch.Tensor, hf_class: str,
+                                                          export_dir: Path) -> None:
+    """Our multiple-choice scores on the packed candidates ([questions, choices, length] padded `ids`) equal the
+    stock model's; the export is `hf_class`, loads with no key missing or left over and scores the same."""
     packed = unpad_inputs(ids.flatten(0, 1), mask.flatten(0, 1))
     with torch.no_grad():
         expected = hf_model(input_ids=ids, attention_mask=mask).logits
         got = ours(input_ids=packed.input_ids, cu_seqlens=packed.cu_seqlens, max_seqlen=packed.max_seqlen,
-                   choice_counts=torch.full((2,), CHOICES)).logits
+                   choice_counts=torch.full((ids.shape[0],), ids.shape[1])).logits
     assert max_diff(got, expected) <= TOLERANCE
-    result = export_hf(ours, None, tmp_path / "export")
-    assert (result.format, result.architecture) == ("transformers", f"{prefix}ForMultipleChoice")
+    result = export_hf(ours, None, export_dir)
+    assert (result.format, result.architecture) == ("transformers", hf_class)
     reloaded, loading = transformers.AutoModelForMultipleChoice.from_pretrained(
         str(result.directory), output_loading_info=True)
     assert not loading["missing_keys"] and not loading["unexpected_keys"]

@@ -16,7 +16,10 @@ import pytest
 import torch
 import transformers
 from helpers.hf_step_parity import losses_step_for_step
-from test_model_families import assert_sentence_transformers_gives_our_vectors
+from test_model_families import (
+    assert_choice_scores_and_export_match_the_stock_class,
+    assert_sentence_transformers_gives_our_vectors,
+)
 
 from bertforge.errors import BertforgeError
 from bertforge.models.attention_backends import AvailableKernels, LayerNeeds, choose_backend
@@ -406,13 +409,6 @@ def choice_batch(family: str) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(mask.bool(), ids, FAMILIES[family][2]["pad_token_id"]), mask
 
 
-def our_choice_logits(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    packed = unpad_inputs(ids.flatten(0, 1), mask.flatten(0, 1))
-    with torch.no_grad():
-        return model(input_ids=packed.input_ids, cu_seqlens=packed.cu_seqlens, max_seqlen=packed.max_seqlen,
-                     choice_counts=torch.full((ids.shape[0],), CHOICES)).logits
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_multiple_choice_imports_and_exports_with_the_stock_class_scores(tmp_path: Path, family: str) -> None:
     import bertforge.tasks.kinds  # noqa: F401  (registers the multiple-choice model class with the importer)
@@ -422,16 +418,8 @@ def test_multiple_choice_imports_and_exports_with_the_stock_class_scores(tmp_pat
     ours = from_hf(hf_model).eval()
     assert type(ours).__name__ == "BertforgeForMultipleChoice"
     ids, mask = choice_batch(family)
-    with torch.no_grad():
-        expected = hf_model(input_ids=ids, attention_mask=mask).logits
-    assert max_diff(our_choice_logits(ours, ids, mask), expected) <= TOLERANCE
-    result = export_hf(ours, None, tmp_path / "export")
-    assert (result.format, result.architecture) == ("transformers", f"{prefix}ForMultipleChoice")
-    reloaded, loading = transformers.AutoModelForMultipleChoice.from_pretrained(
-        str(result.directory), output_loading_info=True)
-    assert not loading["missing_keys"] and not loading["unexpected_keys"]
-    with torch.no_grad():
-        assert max_diff(reloaded.eval()(input_ids=ids, attention_mask=mask).logits, expected) <= TOLERANCE
+    assert_choice_scores_and_export_match_the_stock_class(ours, hf_model, ids, mask, f"{prefix}ForMultipleChoice",
+                                                          tmp_path / "export")
 
 
 def test_an_electra_whose_sequence_summary_is_not_dense_gelu_on_cls_is_refused_in_one_line() -> None:
