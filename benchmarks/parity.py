@@ -122,8 +122,9 @@ def shared_initial_model(workdir: Path, model_dir: Path, task: TaskData, seed: i
 def hf_model(source: Path, task: TaskData, *, dropout: bool) -> Any:
     import transformers
 
-    options: dict[str, Any] = {} if dropout else {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-                                                   "classifier_dropout": 0.0}
+    options: dict[str, Any] = {} if dropout else {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    if not dropout and hasattr(transformers.AutoConfig.from_pretrained(str(source)), "classifier_dropout"):
+        options["classifier_dropout"] = 0.0  # MPNet's config has none: its head drops out at hidden_dropout_prob
     if task.task_type == "regression":
         options |= {"num_labels": 1, "problem_type": "regression"}
     else:
