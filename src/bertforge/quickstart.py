@@ -134,8 +134,7 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     mlm = MlmStanding.of(pretrain.state.metrics)
 
     splits = write_supersense_subsets(plan)
-    finetune_overrides = [f"run.output_dir={out}", f"run.seed={plan.seed}", f"finetune.train_file={splits['train']}",
-                          f"finetune.validation_file={splits['validation']}", f"finetune.test_file={splits['test']}"]
+    finetune_overrides = shared_finetune_overrides(plan, splits)
     results = [StageResult("majority class", majority_accuracy(splits["train"], splits["test"]), None, 0.0)]
 
     _stage("4/6 fine-tune the pre-trained tiny BERT on WordNet supersenses (45 classes)")
@@ -155,6 +154,12 @@ def run_quickstart(plan: QuickstartPlan = QuickstartPlan()) -> list[StageResult]
     _print_summary(results, pretrain.run_dir, mlm, tokenizer_dir, data_dir, time.perf_counter() - started,
                    plan.pretrain_steps, pretrain_task.unigram_guess)
     return results
+
+
+def shared_finetune_overrides(plan: QuickstartPlan, splits: dict[str, Path]) -> list[str]:
+    """The settings every fine-tuning stage shares: where runs go, the seed and the supersense subsets."""
+    return [f"run.output_dir={plan.out_dir}", f"run.seed={plan.seed}", f"finetune.train_file={splits['train']}",
+            f"finetune.validation_file={splits['validation']}", f"finetune.test_file={splits['test']}"]
 
 
 def _minilm(plan: QuickstartPlan, overrides: list[str]) -> StageResult:
