@@ -1,6 +1,7 @@
 """benchmarks/dropout_plateau.py's parts that decide its numbers: the step cap (a real bert-tiny run of the budget
-recipe stops at the cap while its learning rate follows the arm's planned steps) and the summary across
-pre-training seeds (plateau exit within the cap, step-100 common share, fine-tune means per setting)."""
+recipe stops at the cap while its learning rate follows the arm's planned steps), the unigram baseline (the product's
+guess, from the training data) and the summary across pre-training seeds (plateau exit within the cap, step-100
+common share, fine-tune means per setting)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.ttq.plateau_scoring import VALIDATION_MASKS_GUESS, guess_record, unigram_baseline
 from benchmarks.ttq.plateau_seeds import arm_seed_record, render
 from benchmarks.ttq.settings import DEFAULT_RECIPE
 from benchmarks.ttq.step_cost import measure_step_costs
@@ -67,6 +69,30 @@ def test_the_seed_table_gives_each_arm_a_mean_and_spread_over_its_seeds() -> Non
               "fine_tuning_settings": [SETTING], "downstream_seeds": [17], "arms": {"recipe": records}}
     text = render(report)
     assert "| **recipe** | mean ± sd (3) | 100 ± 0 | 100 ± 0 | 0.600 ± 0.100 | 0.0500 ± 0.0000 | 0.0800 ± 0.0100 |" in text
+    assert VALIDATION_MASKS_GUESS in text  # an older report, written before it kept its guess
+
+
+def test_the_baseline_is_the_products_guess_from_the_training_data_not_the_validation_masks_own_favourite(
+        prepared_corpus: Path) -> None:
+    import torch
+
+    from bertforge.data.shards import PretokenizedDataset
+    from bertforge.data.tokenizer import load_tokenizer
+    from bertforge.tasks.mlm_plateau import unigram_guess
+
+    train = PretokenizedDataset(prepared_corpus, "train")
+    product_guess = unigram_guess(train, load_tokenizer(train.tokenizer_path))
+    favourite = product_guess.token_id + 1  # the validation masks' most frequent token: 3 of 8, the guess 2 of 8
+    labels = torch.full((2, 8), -100)
+    labels[0, :4] = torch.tensor([favourite, favourite, product_guess.token_id, 7])
+    labels[1, 2:6] = torch.tensor([favourite, product_guess.token_id, 9, 11])
+    guess, baseline = unigram_baseline(prepared_corpus, [{"labels": labels}])
+    assert guess == product_guess
+    assert baseline == 2 / 8
+    report = {"unigram_guess": guess_record(guess), "unigram_accuracy": baseline, "plateau_margin": 0.01,
+              "step_cap": 300, "majority_class_accuracy": 0.124, "fine_tuning_settings": [], "downstream_seeds": [],
+              "arms": {}}
+    assert f"always {guess.token!r}, the training data's most frequent maskable token" in render(report)
 
 
 def test_the_step_cost_times_each_arm_in_turn_and_states_the_ratio_to_the_first(

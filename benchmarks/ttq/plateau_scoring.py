@@ -1,6 +1,7 @@
 """Scoring the step-matched arms of `benchmarks/dropout_plateau.py`: every export's MLM accuracy on fixed masks
-against the unigram baseline and its feature diagnostics (`benchmarks.common.features`), and the final models (or
-`--fine-tune-steps` exports) fine-tuned on supersense over the lr x dropout grid, with their fine-tuning dynamics."""
+against the unigram baseline (the product's guess, `unigram_baseline`) and its feature diagnostics
+(`benchmarks.common.features`), and the final models (or `--fine-tune-steps` exports) fine-tuned on supersense over
+the lr x dropout grid, with their fine-tuning dynamics."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.common.features import feature_report
 from benchmarks.common.hf_arms import hf_masked_lm
@@ -20,16 +21,43 @@ from benchmarks.ttq.downstream import FineTuning, fine_tune_with, fine_tuning_gr
 from benchmarks.ttq.settings import RESULTS
 from benchmarks.ttq.step_matched import ARMS
 
+if TYPE_CHECKING:
+    from bertforge.tasks.mlm_plateau import UnigramGuess
+
 TITLES = {name: arm.title for name, arm in ARMS.items()} | {"untrained": "random initial weights (no pre-training)"}
 FEATURE_TEXTS = 512  # supersense training glosses, evenly spaced: the text the models are fine-tuned on
 
 
-def unigram_accuracy(batches: list[dict[str, Any]]) -> float:
-    """The accuracy of always answering the most frequent masked token of `batches` (HF labels, -100 elsewhere)."""
-    import torch
+# Reports written before 2026-11-27 have no "unigram_guess": their baseline was the validation masks' own most
+# frequent token, which is never below the training data's guess on the same masks (equal on tech-dictionaries: '.')
+VALIDATION_MASKS_GUESS = "the validation masks' own most frequent token (reports before 2026-11-27)"
 
-    labels = torch.cat([batch["labels"][batch["labels"] != -100] for batch in batches])
-    return float(torch.bincount(labels).max()) / labels.numel()
+
+def unigram_baseline(data_dir: Path, batches: list[dict[str, Any]]) -> tuple[UnigramGuess, float]:
+    """The product's unigram guess (`bertforge pretrain`'s: the training split's most frequent maskable token) and
+    its accuracy on `batches`' masked tokens (HF labels, -100 elsewhere), by the product's own functions."""
+    from bertforge.data.shards import PretokenizedDataset
+    from bertforge.data.tokenizer import load_tokenizer
+    from bertforge.tasks.mlm_plateau import unigram_accuracy, unigram_guess
+
+    train = PretokenizedDataset(data_dir, "train")
+    guess = unigram_guess(train, load_tokenizer(train.tokenizer_path))
+    masked = [{"masked_labels": batch["labels"][batch["labels"] != -100]} for batch in batches]
+    return guess, unigram_accuracy(masked, guess)
+
+
+def guess_record(guess: UnigramGuess) -> dict[str, Any]:
+    """What a report keeps of the guess, so that a reader knows which baseline its plateau figures used."""
+    return {"definition": "the training data's most frequent maskable token (bertforge.tasks.mlm_plateau)",
+            **guess.as_json()}
+
+
+def guess_description(report: dict[str, Any]) -> str:
+    """Which guess a report's baseline is, in words; older reports (no "unigram_guess") used the validation masks'."""
+    guess = report.get("unigram_guess")
+    if guess is None:
+        return VALIDATION_MASKS_GUESS
+    return f"always {guess['token']!r}, {guess['definition']}"
 
 
 def plateau_exit(curve: list[dict[str, Any]], baseline: float) -> int | None:
@@ -73,7 +101,7 @@ def fine_tune_record(work: Path, model_dir: str, task: Any, name: str, setting: 
 
 def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, data_dir: Path) -> None:
     validation = packed_validation_batches(data_dir, EVALUATION_SEED)
-    baseline = unigram_accuracy(validation)
+    guess, baseline = unigram_baseline(data_dir, validation)
     supersense = load_task("supersense", *arguments.finetune_rows)
     texts = [row["text"] for row in evenly_spaced(supersense.train, FEATURE_TEXTS)]
     labels = [str(row["label"]) for row in supersense.test]
@@ -118,7 +146,8 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
         results[name] = result
     report = {"machine": machine_description("cpu"), "corpus": arguments.corpus, "seed": arguments.seed,
               "command": " ".join(["python", *sys.argv]),
-              "unigram_accuracy": baseline, "validation_masked_tokens": result_masked(results),
+              "unigram_guess": guess_record(guess), "unigram_accuracy": baseline,
+              "validation_masked_tokens": result_masked(results),
               "supersense_rows": [len(supersense.train), len(supersense.test)], "majority_class_accuracy": majority,
               "arms": {name: {"title": TITLES[name], "planned_steps": ARMS[name].steps if name in ARMS else 0,
                               "steps": result["curve"][-1]["step"], "step_cap": result.get("step_cap"),
@@ -137,8 +166,8 @@ def result_masked(results: dict[str, Any]) -> int:
 
 def render(report: dict[str, Any]) -> str:
     """The figures as tables: each arm's plateau and final features, then its fine-tunes per setting."""
-    lines = [f"Unigram baseline (validation, fixed masks): {report['unigram_accuracy']:.4f}; supersense majority "
-             f"class: {report['majority_class_accuracy']:.3f}", "",
+    lines = [f"Unigram baseline (validation, fixed masks): {report['unigram_accuracy']:.4f}, "
+             f"{guess_description(report)}; supersense majority class: {report['majority_class_accuracy']:.3f}", "",
              "| arm | last step scored | plateau exit step | final MLM acc | last-layer common share | last-layer eff. rank "
              "| attention entropy (last) / uniform | [CLS] mean cosine | mean-pooled mean cosine |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ttq.plateau_scoring import TITLES, UNTRAINED, plateau_exit
+from benchmarks.ttq.plateau_scoring import TITLES, UNTRAINED, guess_description, plateau_exit
 
 FEATURE_STEP = 100  # the step whose common share and fine-tunes the single-seed study reported
 
@@ -93,8 +93,9 @@ def render(report: dict[str, Any]) -> str:
     steps = sorted({int(step) for record in records_of for step in record["mlm_accuracy"] if int(step) > 0})
     settings = report["fine_tuning_settings"]
     ft_steps = sorted({int(step) for record in records_of for step in record["fine_tuned"]})
-    lines = [f"Unigram guess (validation, fixed masks): {report['unigram_accuracy']:.4f}; on the plateau = MLM "
-             f"accuracy at most {report['plateau_margin']} above it; step cap {report['step_cap']}; supersense "
+    lines = [f"Unigram guess (validation, fixed masks): {report['unigram_accuracy']:.4f}, "
+             f"{guess_description(report)}; on the plateau = MLM accuracy at most {report['plateau_margin']} above "
+             f"it; step cap {report['step_cap']}; supersense "
              f"majority class {report['majority_class_accuracy']}", "",
              "| arm | seed | plateau exit step | exit on the 100-step grid | common share @100 | "
              + " | ".join(f"MLM acc @{step}" for step in steps) + " |", "|---|---|---:|---:|---:|" + "---:|" * len(steps)]
@@ -150,11 +151,11 @@ def summarize_seeds(arguments: Any, work: Path, data_dir: Path) -> None:
     from benchmarks.common.reports import write_atomically
     from benchmarks.common.tasks import DOWNSTREAM_SEEDS
     from benchmarks.ttq.downstream import fine_tuning_grid
-    from benchmarks.ttq.plateau_scoring import unigram_accuracy
+    from benchmarks.ttq.plateau_scoring import guess_record, unigram_baseline
     from benchmarks.ttq.settings import RESULTS
     from bertforge.tasks.mlm_plateau import PLATEAU_MARGIN
 
-    baseline = unigram_accuracy(packed_validation_batches(data_dir, EVALUATION_SEED))
+    guess, baseline = unigram_baseline(data_dir, packed_validation_batches(data_dir, EVALUATION_SEED))
     earlier = []
     for path in arguments.earlier:
         report = json.loads(Path(path).read_text())
@@ -166,7 +167,7 @@ def summarize_seeds(arguments: Any, work: Path, data_dir: Path) -> None:
     raw: dict[str, dict[str, Any]] = {}
     majority = next((report["majority_class_accuracy"] for report in earlier), None)
     report = {"command": " ".join(["python", *sys.argv]), "corpus": arguments.corpus, "seeds": seeds, "step_cap": arguments.max_steps,
-              "unigram_accuracy": baseline, "plateau_margin": PLATEAU_MARGIN, "majority_class_accuracy": majority,
+              "unigram_guess": guess_record(guess), "unigram_accuracy": baseline, "plateau_margin": PLATEAU_MARGIN, "majority_class_accuracy": majority,
               "fine_tuning_settings": settings, "downstream_seeds": downstream_seeds,
               "arms": collect(work, arms, seeds, baseline, arguments.max_steps, earlier, settings, downstream_seeds,
                               raw)}
