@@ -107,8 +107,12 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 def train_mode_logits(family: str, head: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(HF's logits, ours, ours in eval mode) on one batch, both heads in train mode from `seed`."""
     hf_model = tiny_hf_model(family, head)
-    ours = from_hf(hf_model)
     theirs = hf_train_mode_logits(hf_model, head, seed)
+    return theirs, *our_train_mode_logits(from_hf(hf_model), head, seed)
+
+
+def our_train_mode_logits(ours: torch.nn.Module, head: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(our logits on `batch()` with the head in train mode from `seed`, the same in eval mode)."""
     head_only_in_train_mode(ours, ours.encoder)
     ids, mask = batch()
     packed = unpad_inputs(ids, mask)
@@ -120,7 +124,7 @@ def train_mode_logits(family: str, head: str, seed: int) -> tuple[torch.Tensor, 
         got = ours(**our_inputs).logits
         ours.eval()
         without_dropout = ours(**our_inputs).logits
-    return theirs, got, without_dropout
+    return got, without_dropout
 
 
 def hf_train_mode_logits(hf_model: transformers.PreTrainedModel, head: str, seed: int) -> torch.Tensor:
@@ -162,14 +166,37 @@ def test_an_export_keeps_the_heads_own_dropout_rates(family: str, head: str) -> 
 
 
 def test_a_runs_classifier_dropout_is_the_multiple_choice_scorers_rate_too(tmp_path: Path) -> None:
-    """model.classifier_dropout set by a fine-tuning run wins over ELECTRA's summary_last_dropout, as it wins over
-    every other family's classifier rate."""
+    """model.classifier_dropout set by a fine-tuning run wins over ELECTRA's summary_last_dropout (the export writes
+    it back as that), as it wins over the classifier rate of every family whose scorer reads one."""
     from bertforge.models.loading import load_for_task
 
     tiny_hf_model("electra", "ForMultipleChoice").save_pretrained(tmp_path)
     assert load_for_task(tmp_path, "multiple_choice").head.dropout.p == LAST_RATE
     assert load_for_task(tmp_path, "multiple_choice",
                          config_overrides={"classifier_dropout": 0.05}).head.dropout.p == 0.05
+
+
+# the families whose *ForMultipleChoice drops out at hidden_dropout_prob whatever classifier_dropout says
+HIDDEN_RATE_CHOICE_FAMILIES = ("roberta", "xlm-roberta", "camembert", "mpnet")
+
+
+@pytest.mark.parametrize("family", HIDDEN_RATE_CHOICE_FAMILIES)
+def test_a_runs_hidden_dropout_moves_the_multiple_choice_rate_where_the_stock_class_reads_it(
+        family: str, tmp_path: Path) -> None:
+    """A fine-tuning run's model.hidden_dropout is the scorer's rate, its model.classifier_dropout is not (as the
+    stock class reads config.json), and the export draws the masks the run trained with."""
+    from bertforge.models.loading import load_for_task
+
+    tiny_hf_model(family, "ForMultipleChoice").save_pretrained(tmp_path)
+    run_rate = 0.2  # apart from the checkpoint's HIDDEN_RATE and the run's classifier rate
+    ours = load_for_task(tmp_path, "multiple_choice",
+                         config_overrides={"hidden_dropout": run_rate, "classifier_dropout": 0.05})
+    assert ours.head.dropout.p == run_rate
+    exported = to_hf_model(ours)
+    assert exported.config.hidden_dropout_prob == run_rate
+    got, without_dropout = our_train_mode_logits(ours, "ForMultipleChoice", seed=3)
+    assert (got - without_dropout).abs().max() > 1e-3
+    assert (got - hf_train_mode_logits(exported, "ForMultipleChoice", seed=3)).abs().max() <= TOLERANCE
 
 
 def test_the_families_that_drop_out_the_first_token_twice_say_so_in_their_config() -> None:
@@ -181,7 +208,7 @@ def test_the_families_that_drop_out_the_first_token_twice_say_so_in_their_config
 
 # the head-dropout fields of EncoderConfig, which a bertforge_model.json written before them lacks
 HEAD_DROPOUT_FIELDS = ("classifier_input_dropout", "token_classifier_dropout", "pooler_dropout",
-                       "choice_input_dropout", "choice_dropout")
+                       "choice_input_dropout", "choice_dropout", "choice_classifier_dropout")
 
 
 def saved_the_old_way(model: torch.nn.Module, directory: Path) -> torch.nn.Module:

@@ -22,7 +22,7 @@ NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ATTENTION_BACKENDS = ("auto", "varlen", "flash", "sdpa", "eager")
 POOLINGS = ("pooler", "relu_pooler", "gelu_pooler", "cls", "mean", "last")
-TOKEN_CLASSIFIER_DROPOUTS = ("classifier", "hidden")  # which rate a token classifier's dropout takes
+HEAD_DROPOUT_RATES = ("classifier", "hidden")  # which rate a token classifier's or multiple-choice scorer's dropout takes
 VOCAB_MULTIPLE = 64
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
                "type_vocab_size", "local_attention_window", "global_every_n", "position_offset", "embedding_size",
@@ -75,7 +75,8 @@ class EncoderConfig:
     token_classifier_dropout: str = "classifier"  # the token classifier's dropout rate: classifier (classifier_dropout, else hidden_dropout: HF BERT, RoBERTa, ELECTRA) | hidden (hidden_dropout whatever classifier_dropout is: HF DistilBERT, DeBERTa-v2, MPNet)
     pooler_dropout: float = 0.0  # dropout on the pooled token before the head's dense layer, at its own rate, in the sequence classifier and the multiple-choice scorer: DeBERTa's ContextPooler (pooler_dropout); 0 = none
     choice_input_dropout: float = 0.0  # the multiple-choice scorer also drops out the pooled token before its dense layer, at this rate: ELECTRA's summary_first_dropout; 0 = none
-    choice_dropout: float | None = None  # the multiple-choice scorer's dropout before its linear layer; None = classifier_dropout's rate (imports set it where the family's own differs: ELECTRA's summary_last_dropout; RoBERTa, XLM-R and CamemBERT drop out at hidden_dropout_prob)
+    choice_dropout: float | None = None  # the multiple-choice scorer's own dropout rate before its linear layer (ELECTRA's summary_last_dropout); None = the rate choice_classifier_dropout names
+    choice_classifier_dropout: str = "classifier"  # the multiple-choice scorer's rate where choice_dropout is None: classifier (classifier_dropout, else hidden_dropout: HF BERT, DistilBERT, DeBERTa-v2, ModernBERT) | hidden (hidden_dropout whatever classifier_dropout is: HF RoBERTa, XLM-R, CamemBERT, MPNet, whose *ForMultipleChoice reads hidden_dropout_prob)
     norm_eps: float = 1e-12  # LayerNorm epsilon
     activation: str = "gelu"  # gelu (exact) | gelu_tanh | relu | silu — MLP and head activation
     position: str = "learned"  # learned | rope | alibi
@@ -106,7 +107,8 @@ class EncoderConfig:
                               "terms; DeBERTa's disentangled attention computes its own scores: leave it auto")
         for name, choices in (("position", POSITIONS), ("mlp", MLPS), ("norm", NORMS), ("activation", ACTIVATIONS),
                               ("attention_backend", ATTENTION_BACKENDS), ("pooling", POOLINGS),
-                              ("token_classifier_dropout", TOKEN_CLASSIFIER_DROPOUTS)):
+                              ("token_classifier_dropout", HEAD_DROPOUT_RATES),
+                              ("choice_classifier_dropout", HEAD_DROPOUT_RATES)):
             value = getattr(self, name)
             if value not in choices:
                 raise ConfigError(f"model `{name}` is {value!r}; expected one of {', '.join(choices)}")
@@ -179,7 +181,9 @@ class EncoderConfig:
     @property
     def choice_dropout_rate(self) -> float:
         """The multiple-choice scorer's dropout before its linear layer."""
-        return self.effective_classifier_dropout if self.choice_dropout is None else self.choice_dropout
+        if self.choice_dropout is not None:
+            return self.choice_dropout
+        return self.hidden_dropout if self.choice_classifier_dropout == "hidden" else self.effective_classifier_dropout
 
     @property
     def token_dropout(self) -> float:
@@ -269,10 +273,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # RoBERTa: BERT's graph, positions numbered after the pad id (<pad> is 1 in its tokenizer), one token type
     "roberta-base": _preset(vocab_size=50304, hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
                             max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5,
-                            classifier_input_dropout=True),
+                            classifier_input_dropout=True, choice_classifier_dropout="hidden"),
     "roberta-tiny": _preset(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512,
                             max_position_embeddings=514, type_vocab_size=1, position_offset=2, norm_eps=1e-5,
-                            classifier_input_dropout=True),
+                            classifier_input_dropout=True, choice_classifier_dropout="hidden"),
     # DistilBERT (distilbert-base-multilingual-cased's shape): BERT's post-norm layers, no token types, no pooler, the
     # classifier on pre_classifier+ReLU; hf_model_type names the family its export is written as
     "distilbert-base-multilingual-cased": _preset(vocab_size=119547, hidden_size=768, num_layers=6, num_heads=12,

@@ -100,7 +100,9 @@ def _with_overrides(config: EncoderConfig, overrides: dict[str, object], source:
     if unknown:
         raise ConfigError(f"{', '.join(unknown)} cannot change when starting from {source} (the weights fix them); "
                           f"only {', '.join(RUNTIME_FIELDS)} can")
-    if "classifier_dropout" in overrides:  # the rate the run asks of its classifier, the multiple-choice scorer too
+    # the rate the run asks of its classifier wins over a multiple-choice scorer's own (ELECTRA's summary_last_dropout,
+    # which the export writes back); a scorer that follows hidden_dropout (RoBERTa's, MPNet's) keeps following it
+    if "classifier_dropout" in overrides:
         overrides = {"choice_dropout": None, **overrides}
     return dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
 

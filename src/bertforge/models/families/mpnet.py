@@ -105,8 +105,9 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
         activation=activation_from_hf(hf.hidden_act, source, "hidden_act"), position="learned", mlp="gelu",
         norm="post", bias=True, tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
         # MPNetClassificationHead: dropout, dense, tanh, dropout, out_proj; every MPNet head drops out at
-        # hidden_dropout_prob (MPNetConfig has no classifier_dropout)
+        # hidden_dropout_prob (MPNetConfig has no classifier_dropout), so a run's model.hidden_dropout moves them
         pooling="pooler", classifier_input_dropout=True, token_classifier_dropout="hidden",
+        choice_classifier_dropout="hidden",
         initializer_range=hf.initializer_range, hf_model_type="mpnet",
     )
 

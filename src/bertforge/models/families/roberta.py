@@ -7,8 +7,8 @@ one token type (the pair layout `<s> a </s></s> b </s>` has no segment ids); an 
 (`lm_head`) whose activation is exact GELU whatever `hidden_act` says; a classifier
 (`classifier.dense` + tanh + `classifier.out_proj` on `<s>`) that is BERT's pooler and classifier
 under other names, with no pooler in the encoder; a multiple-choice head that is BERT's (the encoder's
-tanh pooler, dropout at `hidden_dropout_prob` whatever `classifier_dropout` says, a one-output linear
-layer). The three model types are three records
+tanh pooler, dropout at `hidden_dropout_prob` whatever `classifier_dropout` says: `choice_classifier_dropout:
+hidden`, a one-output linear layer). The three model types are three records
 (`FAMILIES`): an import remembers its `model_type` (`hf_model_type`) so an export writes it back.
 """
 
@@ -63,10 +63,10 @@ def config_from_hf(hf: transformers.PretrainedConfig, source: str) -> EncoderCon
     if hf.pad_token_id is None:
         raise BertforgeError(f"{source}: no pad_token_id in config.json; RoBERTa's positions start after it "
                              "(roberta-base: 1), so give it")
-    # RobertaClassificationHead drops out <s> before its dense layer as well as after it; *ForMultipleChoice at the
-    # hidden rate
+    # RobertaClassificationHead drops out <s> before its dense layer as well as after it; *ForMultipleChoice at
+    # hidden_dropout_prob whatever classifier_dropout is, so a run's model.hidden_dropout is its rate too
     return dataclasses.replace(bert_config_from_hf(hf, source), position_offset=hf.pad_token_id + 1,
-                               classifier_input_dropout=True, choice_dropout=float(hf.hidden_dropout_prob),
+                               classifier_input_dropout=True, choice_classifier_dropout="hidden",
                                hf_model_type=hf.model_type)
 
 
