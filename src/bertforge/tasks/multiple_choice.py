@@ -1,10 +1,14 @@
 """Multiple choice (`finetune.task_type: multiple_choice`): a context and N candidate answers, one right.
 
-Each candidate is scored as the pair `[CLS] context [SEP] choice [SEP]` by the encoder and a one-output
-sequence head (BERT's pooler, dropout, linear), and the softmax runs over one question's candidates:
-`BertForMultipleChoice`'s model, so `final/` exports to that stock class. Where `transformers` pads every
-question to [questions, choices, longest pair], the pairs of a batch here are one unpadded sequence each,
-and a question may have any number of candidates (`choice_counts`).
+Each candidate is scored as the pair (context, choice) in the tokenizer's pair layout (`[CLS] context [SEP]
+choice [SEP]`; RoBERTa's `<s> context </s></s> choice </s>`) by the encoder and a one-output sequence head
+(`SequenceHead`: the family's pooling, its dropouts, a linear layer), and the softmax runs over one question's
+candidates: the model of the encoder's family's stock `*ForMultipleChoice` class, which `final/` exports to
+and which imports back as this model. Which class that is, and its head's weight names, is the family's
+record (`models/families/`, its `head_keys`; the families table of docs/guide.md lists them): BERT's is
+`BertForMultipleChoice`. Where `transformers` pads every question to [questions, choices, longest pair], the
+pairs of a batch here are one unpadded sequence each, and a question may have any number of candidates
+(`choice_counts`).
 
 The kind's parts in one place: the reader (`finetune.text_column` the context, `finetune.multiple_choice.
 choice_columns` the candidates: one list column, or one column per choice; `finetune.label_column` the right

@@ -3,8 +3,8 @@ alternating local (sliding-window) and global attention.
 
 Its quirks: the first layer has no attention norm (the embeddings' norm precedes it); a final
 norm after the last layer; one `bias` switch and one activation for the whole model; the global
-layers are every n-th from layer 0; the sequence classifier pools with cls or mean through a
-dense + norm head.
+layers are every n-th from layer 0; the sequence classifier and the multiple-choice scorer pool
+with cls or mean through a dense + norm head, then dropout at `classifier_dropout`.
 """
 
 from __future__ import annotations
@@ -46,12 +46,16 @@ HEADS: dict[str, tuple[KeyPair, ...]] = {
         ("mlm_head.transform.norm.weight", "head.norm.weight"),
         ("mlm_head.decoder.weight", "decoder.weight"),
         ("mlm_head.decoder.bias", "decoder.bias")),
-    "ModernBertForSequenceClassification": (
-        ("head.transform.dense.weight", "head.dense.weight"),
-        ("head.transform.norm.weight", "head.norm.weight"),
-        ("head.classifier.weight", "classifier.weight"),
-        ("head.classifier.bias", "classifier.bias")),
 }
+# ModernBertPredictionHead (dense, activation, norm) on the classifier_pooling's state, dropout, then the linear
+# layer: the sequence classifier's, and the multiple-choice scorer's with one output per candidate
+POOLED_HEAD: tuple[KeyPair, ...] = (
+    ("head.transform.dense.weight", "head.dense.weight"),
+    ("head.transform.norm.weight", "head.norm.weight"),
+    ("head.classifier.weight", "classifier.weight"),
+    ("head.classifier.bias", "classifier.bias"))
+HEADS |= {"ModernBertForSequenceClassification": POOLED_HEAD, "ModernBertForMultipleChoice": POOLED_HEAD}
+POOLED_CLASSES = ("ModernBertForSequenceClassification", "ModernBertForMultipleChoice")
 
 
 def unfit_reason(config: EncoderConfig) -> str:
@@ -70,10 +74,8 @@ def unfit_head(hf_class: str, model: Any) -> str:
         return "HF ModernBERT has no next-sentence-prediction head"
     if hf_class == "ModernBertForTokenClassification":  # not mapped: bertforge's tagger is one linear layer
         return "HF ModernBertForTokenClassification has a dense+norm head before its classifier"
-    if hf_class == "ModernBertForSequenceClassification" and model.config.pooling == "last":
-        return "HF ModernBertForSequenceClassification pools with cls or mean, not the last token"
-    if hf_class == "ModernBertForSequenceClassification" and model.config.pooling == "pooler":
-        return "HF ModernBertForSequenceClassification pools with cls or mean, not BERT's tanh pooler"
+    if hf_class in POOLED_CLASSES and model.config.pooling not in ("cls", "mean"):
+        return f"HF {hf_class} pools with cls or mean, not pooling={model.config.pooling}"
     return ""
 
 
