@@ -180,7 +180,7 @@ class Trainer:
             # ZeRO-1: each rank keeps the optimizer state of its own shard of the parameters
             optimizer_class, options = optimizer_class_and_options(self.config.optim, self.device)
             return ZeroRedundancyOptimizer(groups, optimizer_class=optimizer_class, **options)
-        return build_optimizer(self.config.optim, groups, self.device)
+        return build_optimizer(self.config.optim, groups, self.device, compiled=self.config.dist.compile)
 
     def _train_loader(self) -> Any:
         train = self.data.train

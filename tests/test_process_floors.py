@@ -1,0 +1,101 @@
+"""Fixed start-up costs of training processes: a `finetune` run that does not compile never imports `torch._dynamo`
+(about 1.4 s of CPU in every such process), and the optimizers that avoid it step and save exactly as torch's do.
+
+Checked by what a fresh interpreter has imported (`sys.modules`), not by time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.finetuning import QUIET_RUN, TINY_MODEL, minilm_dir, supersense_files
+
+from bertforge.config import OptimSection
+from bertforge.train.optim import build_optimizer, default_parameter_groups, optimizer_class_and_options
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTIMIZERS = ["adamw", "sgd", "adadelta", "lamb", "stable_adamw"]
+CPU = torch.device("cpu")
+
+
+def train_three_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    torch.manual_seed(1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(5, 8)).square().mean().backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_the_eager_optimizer_steps_saves_and_resumes_exactly_as_torchs_class(name: str) -> None:
+    section = OptimSection(name=name, lr=1e-2, momentum=0.9)
+    torch.manual_seed(0)
+    reference_model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 3))
+    eager_model = copy.deepcopy(reference_model)
+    reference = build_optimizer(section, default_parameter_groups(reference_model, 0.01), CPU, compiled=True)
+    eager = build_optimizer(section, default_parameter_groups(eager_model, 0.01), CPU)
+    torch_class, _ = optimizer_class_and_options(section, CPU)
+    assert type(reference) is torch_class  # a compiling run keeps torch's own class
+    assert isinstance(eager, torch_class) and type(eager).__name__ == torch_class.__name__
+    train_three_steps(reference_model, reference)
+    train_three_steps(eager_model, eager)
+    for expected, got in zip(reference_model.parameters(), eager_model.parameters(), strict=True):
+        assert torch.equal(expected, got)
+        assert got.grad_fn is None  # stepped without recording a graph
+    saved = eager.state_dict()
+    assert str(saved) == str(reference.state_dict())
+
+    resumed = build_optimizer(section, default_parameter_groups(eager_model, 0.01), CPU)
+    resumed.load_state_dict(saved)
+    train_three_steps(reference_model, reference)
+    train_three_steps(eager_model, resumed)
+    for expected, got in zip(reference_model.parameters(), eager_model.parameters(), strict=True):
+        assert torch.equal(expected, got)
+
+
+def test_step_hooks_still_run_on_the_eager_optimizer() -> None:
+    model = torch.nn.Linear(8, 3)
+    optimizer = build_optimizer(OptimSection(name="adamw", lr=1e-2), [{"params": list(model.parameters())}], CPU)
+    calls: list[str] = []
+    optimizer.register_step_pre_hook(lambda *_: calls.append("pre"))
+    optimizer.register_step_post_hook(lambda *_: calls.append("post"))
+    train_three_steps(model, optimizer)
+    assert calls == ["pre", "post"] * 3
+
+
+def test_training_that_does_not_compile_never_imports_torch_dynamo(tmp_path: Path) -> None:
+    """Every optimizer's bookkeeping, then `bertforge finetune` (checkpoints, best-model reload, test report, export)
+    and its resume, in one fresh interpreter. Fails when torch moves its dynamo guards where the trainer's
+    optimizers no longer avoid them, or when anything else in a training process starts importing torch._dynamo."""
+    run = [str(ROOT / "configs/finetune/supersense-tiny.yaml"), "model.init_from=null", f"model.tokenizer={minilm_dir()}",
+           f"run.output_dir={tmp_path}", "run.name=tiny", *TINY_MODEL, *QUIET_RUN,
+           *supersense_files(tmp_path / "data", train=64, validation=32, test=32), "finetune.max_length=32",
+           "train.micro_batch_size=16", "train.global_batch_size=16", "train.eval_every=1", "train.checkpoint_every=1"]
+    probe = (
+        "import json, sys, torch\n"
+        "from bertforge.cli import main\n"
+        "from bertforge.config import OptimSection\n"
+        "from bertforge.train.optim import build_optimizer\n"
+        f"for name in {OPTIMIZERS!r}:\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = build_optimizer(OptimSection(name=name, lr=1e-2), [{'params': list(model.parameters())}],\n"
+        "                                torch.device('cpu'))\n"
+        "    optimizer.zero_grad(); model(torch.ones(1, 4)).sum().backward(); optimizer.step()\n"
+        "    optimizer.load_state_dict(optimizer.state_dict())\n"
+        f"codes = [main(['finetune', *{run!r}, 'train.max_steps=2', '-q']),\n"
+        f"         main(['finetune', *{run!r}, 'train.max_steps=3', 'run.resume=force', '-q'])]\n"
+        "print(json.dumps([codes, sorted(name for name in sys.modules if name.startswith('torch._dynamo'))]))\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    codes, dynamo_modules = json.loads(result.stdout.strip().splitlines()[-1])
+    assert codes == [0, 0], result.stderr[-3000:]
+    train_steps = [record["step"] for record in map(json.loads, (tmp_path / "tiny/metrics.jsonl").read_text().splitlines())
+                   if record["split"] == "train"]
+    assert train_steps[-1] == 3 and train_steps.count(3) == 1  # the second run resumed (optimizer state loaded)
+    assert dynamo_modules == []
