@@ -72,6 +72,15 @@ def test_the_seed_table_gives_each_arm_a_mean_and_spread_over_its_seeds() -> Non
     assert VALIDATION_MASKS_GUESS in text  # an older report, written before it kept its guess
 
 
+def test_a_fine_tuning_mean_over_fewer_than_all_seeds_says_how_many() -> None:
+    records = {str(seed): arm_seed_record(curve([0.05, 0.07], [0.5, 0.4]),
+                                          fine_tunes(100, [0.2 + 0.1 * seed] * 3, [0.1] * 3) if seed < 3 else {},
+                                          0.05, 300, "scores", [SETTING], [17, 2024, 31337]) for seed in (1, 2, 3)}
+    report = {"unigram_accuracy": 0.05, "plateau_margin": 0.01, "step_cap": 300, "majority_class_accuracy": 0.124,
+              "fine_tuning_settings": [SETTING], "downstream_seeds": [17, 2024, 31337], "arms": {"recipe": records}}
+    assert "| **recipe** | mean ± sd (3) | 0.350 ± 0.071 (2 of 3 seeds) |" in render(report)
+
+
 def test_the_baseline_is_the_products_guess_from_the_training_data_not_the_validation_masks_own_favourite(
         prepared_corpus: Path) -> None:
     import torch

@@ -85,6 +85,11 @@ def spread(values: list[float], digits: int = 4) -> str:
     return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def seed_mean(values: list[float], seeds: int) -> str:
+    """A fine-tuning cell's mean ± sd over the pre-training seeds that have it, saying so when not all of them do."""
+    return spread(values, 3) + (f" ({len(values)} of {seeds} seeds)" if 0 < len(values) < seeds else "")
+
+
 def render(report: dict[str, Any]) -> str:
     """Two tables, one row per arm and seed and a mean ± sd row per arm (sd over pre-training seeds): the plateau
     (exit step, MLM accuracy at every export, common share at step 100), then the fine-tuned accuracy."""
@@ -138,8 +143,9 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {seed} | " + " | ".join(cells) + " |")
         if len(records) > 1:
             lines.append(f"| **{name}** | mean ± sd ({len(records)}) | " + " | ".join(
-                spread([record["fine_tuned"][str(step)][setting]["accuracy"] for record in records
-                        if setting in record["fine_tuned"].get(str(step), {})], 3) for step, setting in columns) + " |")
+                seed_mean([record["fine_tuned"][str(step)][setting]["accuracy"] for record in records
+                           if setting in record["fine_tuned"].get(str(step), {})], len(records))
+                for step, setting in columns) + " |")
     lines += ["", "Arms: " + "; ".join(f"`{name}` {TITLES[name]}" for name in table), "",
               "Sources: " + "; ".join(f"{name} seed {seed}: {record['source']}" for name, seeds in table.items()
                                       for seed, record in seeds.items())]
