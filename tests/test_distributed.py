@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import HANG_TIMEOUT
+from helpers.torchrun import torchrun_in_this_process
 
 pytestmark = pytest.mark.distributed
 
@@ -32,17 +33,24 @@ def write_config(run_dir: Path, *extra: str) -> Path:
     return config
 
 
-def launch(run_dir: Path, nproc: int, task: str, *extra: str, wait: bool = True) -> subprocess.Popen | None:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "bertforge.cli", "-q", "train", "--task", f"{TASKS}:{task}"]
-    config = write_config(run_dir, *extra)
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    if not wait:
-        return subprocess.Popen([*command, str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-    done = subprocess.run([*command, str(config)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return None
+def torchrun_arguments(run_dir: Path, nproc: int, task: str, *extra: str) -> list[str]:
+    return ["--standalone", f"--nproc_per_node={nproc}", "-m", "bertforge.cli", "-q", "train", "--task",
+            f"{TASKS}:{task}", str(write_config(run_dir, *extra))]
+
+
+def launch(run_dir: Path, nproc: int, task: str, *extra: str) -> None:
+    """A torchrun job to its end. The launcher runs in this process (`helpers.torchrun`): these runs are about
+    what the ranks compute, and the ranks are processes of their own either way."""
+    torchrun_in_this_process(*torchrun_arguments(run_dir, nproc, task, *extra))
+
+
+def start_launcher(run_dir: Path, nproc: int, task: str, *extra: str) -> subprocess.Popen:
+    """`python -m torch.distributed.run ...` as a process in a session of its own, for a test to kill it and its
+    workers with one killpg."""
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run",
+                             *torchrun_arguments(run_dir, nproc, task, *extra)], cwd=ROOT,
+                            env=os.environ | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def losses(run_dir: Path) -> list[float]:
@@ -61,20 +69,17 @@ def single_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def two_rank_settings(strategy: str) -> list[str]:
-    return ["train.checkpoint_every=1", f"dist.strategy={strategy}"]
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """One uninterrupted 2-rank run per strategy, shared by the test against one process and the kill-and-resume
-    test's reference (each started its own before: the same settings, so the same bits, at twice the CPU)."""
+    test's reference (each started its own before, at twice the CPU). It checkpoints only at its end: the killed
+    run checkpoints every step, so the bitwise comparison also shows that checkpointing changes no bits."""
     runs: dict[str, Path] = {}
 
     def run(strategy: str) -> Path:
         if strategy not in runs:
             run_dir = tmp_path_factory.mktemp(f"two-ranks-{strategy}") / strategy
-            launch(run_dir, 2, "NoDropout", *two_rank_settings(strategy))
+            launch(run_dir, 2, "NoDropout", f"dist.strategy={strategy}")
             runs[strategy] = run_dir
         return runs[strategy]
 
@@ -96,11 +101,10 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(strategy: str, s
 def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(strategy: str, tmp_path: Path,
                                                                         two_ranks: Callable[[str], Path]) -> None:
     """kill -9 of the launcher and both workers; under FSDP2 the checkpoints are sharded (DCP)."""
-    settings = two_rank_settings(strategy)
+    settings = ["train.checkpoint_every=1", f"dist.strategy={strategy}"]
     reference = two_ranks(strategy)
     run_dir = tmp_path / "killed"
-    process = launch(run_dir, 2, "NoDropout", *settings, wait=False)
-    assert process is not None
+    process = start_launcher(run_dir, 2, "NoDropout", *settings)
     marker = run_dir / "checkpoints" / "latest"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
@@ -109,7 +113,7 @@ def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(strategy
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)  # the launcher and both workers, without warning
     process.wait()
-    launch(run_dir, 2, "NoDropout", *settings)
+    launch(run_dir, 2, "NoDropout", *settings)  # the same command again: run.resume=auto resumes
     if strategy == "fsdp":
         assert (run_dir / "checkpoints" / "step-00000006" / "dcp").is_dir()
     a = torch.load(reference / "final" / "model.pt", weights_only=True)
