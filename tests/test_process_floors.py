@@ -70,9 +70,11 @@ def test_step_hooks_still_run_on_the_eager_optimizer() -> None:
 
 
 def test_training_that_does_not_compile_never_imports_torch_dynamo(tmp_path: Path) -> None:
-    """Every optimizer's bookkeeping, then `bertforge finetune` (checkpoints, best-model reload, test report, export)
-    and its resume, in one fresh interpreter. Fails when torch moves its dynamo guards where the trainer's
-    optimizers no longer avoid them, or when anything else in a training process starts importing torch._dynamo."""
+    """Every optimizer's bookkeeping (step, zero_grad, state_dict, load_state_dict), then `bertforge finetune`
+    (checkpoints, best-model reload, test report, export), in one fresh interpreter. Fails when torch moves its dynamo
+    guards where the trainer's optimizers no longer avoid them, or when anything else in a training process starts
+    importing torch._dynamo. (A resume in the same interpreter would add about 2 s of CPU and no new import path:
+    loading the optimizer's state is checked by the loop.)"""
     run = [str(ROOT / "configs/finetune/supersense-tiny.yaml"), "model.init_from=null", f"model.tokenizer={minilm_dir()}",
            f"run.output_dir={tmp_path}", "run.name=tiny", *TINY_MODEL, *QUIET_RUN,
            *supersense_files(tmp_path / "data", train=64, validation=32, test=32), "finetune.max_length=32",
@@ -88,14 +90,11 @@ def test_training_that_does_not_compile_never_imports_torch_dynamo(tmp_path: Pat
         "                                torch.device('cpu'))\n"
         "    optimizer.zero_grad(); model(torch.ones(1, 4)).sum().backward(); optimizer.step()\n"
         "    optimizer.load_state_dict(optimizer.state_dict())\n"
-        f"codes = [main(['finetune', *{run!r}, 'train.max_steps=2', '-q']),\n"
-        f"         main(['finetune', *{run!r}, 'train.max_steps=3', 'run.resume=force', '-q'])]\n"
-        "print(json.dumps([codes, sorted(name for name in sys.modules if name.startswith('torch._dynamo'))]))\n")
+        f"code = main(['finetune', *{run!r}, 'train.max_steps=2', '-q'])\n"
+        "print(json.dumps([code, sorted(name for name in sys.modules if name.startswith('torch._dynamo'))]))\n")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    codes, dynamo_modules = json.loads(result.stdout.strip().splitlines()[-1])
-    assert codes == [0, 0], result.stderr[-3000:]
-    train_steps = [record["step"] for record in map(json.loads, (tmp_path / "tiny/metrics.jsonl").read_text().splitlines())
-                   if record["split"] == "train"]
-    assert train_steps[-1] == 3 and train_steps.count(3) == 1  # the second run resumed (optimizer state loaded)
+    code, dynamo_modules = json.loads(result.stdout.strip().splitlines()[-1])
+    assert code == 0, result.stderr[-3000:]
+    assert (tmp_path / "tiny/final/config.json").is_file() and (tmp_path / "tiny/test_results.json").is_file()
     assert dynamo_modules == []
