@@ -7,6 +7,7 @@ Checked by what a fresh interpreter has imported (`sys.modules`), not by time.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import subprocess
 import sys
@@ -43,6 +44,8 @@ def test_the_eager_optimizer_steps_saves_and_resumes_exactly_as_torchs_class(nam
     torch_class, _ = optimizer_class_and_options(section, CPU)
     assert type(reference) is torch_class  # a compiling run keeps torch's own class
     assert isinstance(eager, torch_class) and type(eager).__name__ == torch_class.__name__
+    # GradScaler reads step's parameters (its `grad_scaler` keyword) through the wrappers
+    assert inspect.signature(eager.step) == inspect.signature(reference.step)
     train_three_steps(reference_model, reference)
     train_three_steps(eager_model, eager)
     for expected, got in zip(reference_model.parameters(), eager_model.parameters(), strict=True):
