@@ -78,7 +78,11 @@ def test_a_fine_tuning_mean_over_fewer_than_all_seeds_says_how_many() -> None:
                                           0.05, 300, "scores", [SETTING], [17, 2024, 31337]) for seed in (1, 2, 3)}
     report = {"unigram_accuracy": 0.05, "plateau_margin": 0.01, "step_cap": 300, "majority_class_accuracy": 0.124,
               "fine_tuning_settings": [SETTING], "downstream_seeds": [17, 2024, 31337], "arms": {"recipe": records}}
-    assert "| **recipe** | mean ± sd (3) | 0.350 ± 0.071 (2 of 3 seeds) |" in render(report)
+    text = render(report)
+    assert "| **recipe** | mean ± sd (3) | 0.350 ± 0.071 (2 of 3 seeds) |" in text
+    assert "| recipe | 1 | 0.300 |" in text
+    report["arms"]["recipe"]["1"]["fine_tuned"]["100"][SETTING]["seeds"] = [17]  # one fine-tuning seed of the three
+    assert "| recipe | 1 | 0.300 (seed 17 only) |" in render(report)
 
 
 def test_the_baseline_is_the_products_guess_from_the_training_data_not_the_validation_masks_own_favourite(

@@ -139,7 +139,9 @@ def render(report: dict[str, Any]) -> str:
             for step, setting in columns:
                 chosen = record["fine_tuned"].get(str(step), {}).get(setting)
                 cells.append("–" if chosen is None else f"{chosen['accuracy']:.3f}"
-                             + (f" ({chosen['one_class_runs']} one-class)" if chosen["one_class_runs"] else ""))
+                             + (f" ({chosen['one_class_runs']} one-class)" if chosen["one_class_runs"] else "")
+                             + (f" (seed {', '.join(map(str, chosen['seeds']))} only)"
+                                if len(chosen["seeds"]) < len(report["downstream_seeds"]) else ""))
             lines.append(f"| {name} | {seed} | " + " | ".join(cells) + " |")
         if len(records) > 1:
             lines.append(f"| **{name}** | mean ± sd ({len(records)}) | " + " | ".join(
