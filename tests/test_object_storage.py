@@ -78,19 +78,27 @@ def prepared_in_bucket(s3_server: SeaweedServer, corpus_slice: Path, tokenizer_d
     return url
 
 
+@pytest.fixture(scope="module")
+def prepared_locally(corpus_slice: Path, tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`prepared_in_bucket`'s dataset prepared into a local directory in one go: what a dataset in the bucket,
+    prepared at once or merged from parts, must equal sample for sample. Read-only."""
+    local = tmp_path_factory.mktemp("prepared-locally") / "data"
+    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, local, SMALL_CHUNKS, workers=0, progress=False)
+    return local
+
+
 def test_prepare_into_a_bucket_reads_back_sample_for_sample(s3_prefix: str, corpus_slice: Path, tokenizer_dir: Path,
-                                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+                                                            prepared_locally: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     url = f"{s3_prefix}/data"
     arguments = ["prepare", "pretrain", "--input", str(corpus_slice), "--tokenizer", str(tokenizer_dir), "--out", url,
                  "--nsp", "--split", "9,1", "--chunk-mb", str(16 / 1024), "--workers", "0"]
     code, err = run_main(capsys, *arguments)
     assert code == 0, err
-    local = tmp_path / "local"
-    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, local, SMALL_CHUNKS, workers=0, progress=False)
     stored = objects(url)
     assert "index.json" in stored and any(name.endswith(".tokens.npy") for name in stored)
     for split in ("train", "validation"):
-        remote, expected = PretokenizedDataset(url, split), PretokenizedDataset(local, split)
+        remote, expected = PretokenizedDataset(url, split), PretokenizedDataset(prepared_locally, split)
         assert len(remote) == len(expected) > 0
         assert all(np.array_equal(remote[i], expected[i]) for i in range(len(expected)))
         assert [remote.next_sentence_label(i) for i in range(len(remote))] == \
@@ -348,7 +356,13 @@ def test_a_prepare_killed_while_uploading_never_leaves_a_manifest_pointing_at_mi
         deadline = time.monotonic() + 180
         while process.poll() is None and time.monotonic() < deadline:
             fs.invalidate_cache()
-            if fs.exists(root) and any(name.endswith(".npy") for name in fs.find(root)):
+            if not fs.exists(root):
+                # still starting: prepare's first object, the output guard's marker, comes before any shard, so
+                # the listing is polled every 0.02 s only from then on (each poll is a request to the server:
+                # about 100 of them while the interpreter started, the poller's CPU and the server's)
+                time.sleep(0.1)
+                continue
+            if any(name.endswith(".npy") for name in fs.find(root)):
                 process.send_signal(signal.SIGKILL)  # in the middle of the upload
                 break
             time.sleep(0.02)
@@ -377,7 +391,7 @@ def test_a_prepare_killed_while_uploading_never_leaves_a_manifest_pointing_at_mi
 
 
 def test_parts_prepared_into_the_bucket_merge_into_a_dataset_equal_to_a_one_machine_one(
-        s3_prefix: str, corpus_slice: Path, tokenizer_dir: Path, tmp_path: Path,
+        s3_prefix: str, corpus_slice: Path, tokenizer_dir: Path, prepared_locally: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     from bertforge.data.prepare import Part
     from bertforge.data.prepare_parts import merge_parts
@@ -389,10 +403,9 @@ def test_parts_prepared_into_the_bucket_merge_into_a_dataset_equal_to_a_one_mach
     assert "part.json" in objects(parts[1])
     code, err = run_main(capsys, "prepare", "merge", *parts, "--out", f"{s3_prefix}/merged", "--workers", "0")
     assert code == 0, err
-    local = tmp_path / "one-go"
-    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, local, SMALL_CHUNKS, workers=0, progress=False)
     for split in ("train", "validation"):
-        merged, expected = PretokenizedDataset(f"{s3_prefix}/merged", split), PretokenizedDataset(local, split)
+        merged = PretokenizedDataset(f"{s3_prefix}/merged", split)
+        expected = PretokenizedDataset(prepared_locally, split)
         assert merged.manifest["cache_key"] == expected.manifest["cache_key"]
         assert len(merged) == len(expected)
         assert all(np.array_equal(merged[i], expected[i]) for i in range(len(expected)))
