@@ -7,18 +7,14 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import HANG_TIMEOUT
 from helpers.finetuning import QUIET_RUN, TINY_MODEL, metrics_records, minilm_dir
 from helpers.pairs import gloss_pairs, write_jsonl
-from helpers.scripts import load_repo_script
 
 from bertforge.config import config_to_yaml, load_config
 from bertforge.data.pairs import PairColumns, PairDataset, PairSplit, collate_pairs, read_pair_split
@@ -34,8 +30,6 @@ from bertforge.tasks.embedding import EmbeddingTask
 from bertforge.tasks.retrieval import retrieval_metrics, retrieval_scores, retrieval_set
 from bertforge.train.task import StepRunner
 from bertforge.train.trainer import Trainer
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -229,17 +223,18 @@ def test_training_with_accumulation_follows_training_with_one_big_batch(pair_fil
 
 
 def test_two_ranks_share_their_negatives_like_one_process(pair_files: dict[str, Path], one_big_batch_losses: list[float],
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """torchrun, 2 ranks x 2 micro-batches of 4 against 1 process x 1 micro-batch of 16: the same losses.
-    (The one process is the module's in-process run: a second interpreter for it only added start-up CPU.)"""
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    (The one process is the module's in-process run, and torchrun's launcher runs in this process
+    (`helpers.torchrun`): a second interpreter for either only added start-up CPU; the ranks are processes.)"""
+    from helpers.torchrun import torchrun_in_this_process
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the ranks' environment
     config = tmp_path / "ranks-2.yaml"
     config.write_text(config_to_yaml(load_config(None, [f"run.output_dir={tmp_path}", "run.name=ranks-2",
                                                         *three_steps_of_16(pair_files, 4)])))
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    done = subprocess.run([*launcher, "-m", "bertforge.cli", "-q", "finetune", str(config)], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    torchrun_in_this_process("--standalone", "--nproc_per_node=2", "-m", "bertforge.cli", "-q", "finetune",
+                             str(config))
     two_ranks = [r["loss"] for r in metrics_records(tmp_path / "ranks-2", "train")]
     assert two_ranks == pytest.approx(one_big_batch_losses, rel=1e-5, abs=1e-6)
 
@@ -310,25 +305,13 @@ def test_an_accumulating_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run
 # a real fine-tune: all-MiniLM-L6-v2 on WordNet "find the gloss of this usage"
 
 
-def _build_embedding_task(out: Path) -> Path:
-    module = load_repo_script("scripts/build_parity_tasks.py", "build_parity_tasks_for_embedding")
-    assert module.main(["--tasks", "wordnet-embedding", "--out", str(out)]) == 0
-    return out / "wordnet-embedding"
-
-
-def _slice(source: Path, target: Path, rows: int) -> Path:
-    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    target.write_text("".join(lines[::max(len(lines) // rows, 1)][:rows]), encoding="utf-8")
-    return target
-
-
 def test_minilm_fine_tuned_on_wordnet_usages_finds_their_glosses(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from helpers.parity_slices import parity_task_slices
+
     from bertforge.tasks.retrieval import RETRIEVAL_METRICS
 
     root = tmp_path_factory.mktemp("wordnet-embedding")
-    task = _build_embedding_task(root / "tasks")
-    files = {split: _slice(task / f"{split}.jsonl", root / f"{split}.jsonl", rows)
-             for split, rows in (("train", 192), ("validation", 64), ("test", 96))}
+    files, _ = parity_task_slices("wordnet-embedding", root, {"train": 192, "validation": 64, "test": 96})
     config = load_config(None, [
         f"run.output_dir={root}", "run.name=minilm", *QUIET_RUN, "model.init_from=all-MiniLM-L6-v2",
         "finetune.task_type=embedding", f"finetune.train_file={files['train']}",
