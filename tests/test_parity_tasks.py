@@ -72,19 +72,19 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every task built once, by the script's `main` in this process: no time limit a slow machine can outrun (a
+    subprocess under a 300 s limit timed out at a load average of 16 on 2 cores, erroring all 21 tests that use
+    it). The rebuild test runs the script as its own process, so the two builds differ in their string-hash seeds."""
     missing = [f"{path} (apt-get install -y {pkg})" for path, pkg in REQUIRED_SOURCES.items() if not path.exists()]
     if missing:
         pytest.fail("parity task sources not installed: " + "; ".join(missing) + " -- `make test` installs them")
     out = tmp_path_factory.mktemp("tasks")
     names = _task_names()
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--tasks", ",".join(names)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    return {"out": out, "names": names, "stdout": res.stdout}
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = bpt.main(["--out", str(out), "--tasks", ",".join(names)])
+    assert code == 0, stdout.getvalue()
+    return {"out": out, "names": names, "stdout": stdout.getvalue()}
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +100,21 @@ def tasks(build: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def graph() -> Any:
     return bpt.NounGraph(bpt.read_nouns())
+
+
+@pytest.fixture(scope="module")
+def wordnet_glosses() -> dict[str, str]:
+    """(id letter, offset) -> whole stripped gloss, read straight from the data files: "n02084071" -> gloss.
+    Read once for the three tests that check rows against WordNet."""
+    glosses: dict[str, str] = {}
+    for name in sorted(set(WORDNET_FILES.values())):
+        with (WORDNET_DIR / f"data.{name}").open(encoding="utf-8") as f:
+            for line in f:
+                if not line.startswith("  "):
+                    head, _, gloss = line.partition(" | ")
+                    offset, _, letter = head.split()[:3]
+                    glosses[f"{letter}{offset}"] = gloss.strip()
+    return glosses
 
 
 def test_the_build_prints_one_line_per_task_with_its_counts(build: dict[str, Any]) -> None:
@@ -313,19 +328,6 @@ def _tagging_rows(tasks: dict[str, dict[str, Any]]) -> dict[str, tuple[str, dict
     return {row["id"]: (split, row) for split in SPLITS for row in task[split]}
 
 
-def _wordnet_glosses() -> dict[str, str]:
-    """(id letter, offset) -> whole stripped gloss, read straight from the data files: "n02084071" -> gloss."""
-    glosses: dict[str, str] = {}
-    for name in sorted(set(WORDNET_FILES.values())):
-        with (WORDNET_DIR / f"data.{name}").open(encoding="utf-8") as f:
-            for line in f:
-                if not line.startswith("  "):
-                    head, _, gloss = line.partition(" | ")
-                    offset, _, letter = head.split()[:3]
-                    glosses[f"{letter}{offset}"] = gloss.strip()
-    return glosses
-
-
 def _entities(tags: list[str]) -> list[tuple[str, int, int]]:
     """(type, start, end) of each BIO entity; asserts the sequence is well-formed on the way."""
     spans: list[tuple[str, int, int]] = []
@@ -393,8 +395,9 @@ def test_supersense_tagging_task_json_describes_a_token_task(tasks: dict[str, di
     assert meta["sources"]["wordnet-base"] and meta["sentences_dropped"] > 0
 
 
-def test_supersense_tagging_follows_the_gloss_split_rule(tasks: dict[str, dict[str, Any]]) -> None:
-    glosses = _wordnet_glosses()
+def test_supersense_tagging_follows_the_gloss_split_rule(tasks: dict[str, dict[str, Any]],
+                                                         wordnet_glosses: dict[str, str]) -> None:
+    glosses = wordnet_glosses
     rows = _tagging_rows(tasks)
     split_of_gloss: dict[str, str] = {}
     for row_id, (split, _) in rows.items():
@@ -471,9 +474,9 @@ def test_wordnet_embedding_has_the_expected_counts(tasks: dict[str, dict[str, An
 
 
 def test_wordnet_embedding_pairs_a_word_or_usage_with_its_synsets_definition_in_its_glosss_split(
-    tasks: dict[str, dict[str, Any]],
+    tasks: dict[str, dict[str, Any]], wordnet_glosses: dict[str, str]
 ) -> None:
-    glosses = _wordnet_glosses()
+    glosses = wordnet_glosses
     for split in SPLITS:
         for row in tasks["wordnet-embedding"][split]:
             assert list(row) == ["anchor", "positive", "kind", "id"]
@@ -493,13 +496,13 @@ def test_wordnet_embedding_pairs_a_word_or_usage_with_its_synsets_definition_in_
 
 
 def test_wordnet_choice_asks_for_a_usages_definition_among_four_of_its_own_split(
-    tasks: dict[str, dict[str, Any]],
+    tasks: dict[str, dict[str, Any]], wordnet_glosses: dict[str, str]
 ) -> None:
     task = tasks["wordnet-choice"]
     meta = task["meta"]
     assert (meta["task_type"], meta["text_column"], meta["choice_columns"], meta["label_column"], meta["labels"]) == \
         ("multiple_choice", "text", ["choices"], "label", None)
-    glosses = _wordnet_glosses()
+    glosses = wordnet_glosses
     definitions_in: dict[str, set[str]] = {split: set() for split in SPLITS}
     for gloss in glosses.values():
         definitions_in[bpt.split_of(gloss)].add(bpt.definition_of(gloss))
@@ -533,8 +536,11 @@ def test_a_rebuild_is_byte_identical_and_an_unchanged_task_is_not_rewritten(
     build: dict[str, Any], tmp_path: Path
 ) -> None:
     again = tmp_path / "again"
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert bpt.main(["--out", str(again), "--tasks", ",".join(build["names"])]) == 0
+    # the script as a process of its own (as users run it): another string-hash seed than the build's, so an
+    # order taken from a set would show here; the limit only stops a hang (the build is ~40 s of CPU on idle cores)
+    res = subprocess.run([sys.executable, str(SCRIPT), "--out", str(again), "--tasks", ",".join(build["names"])],
+                         capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stdout + res.stderr
     assert _sha1_tree(again) == _sha1_tree(build["out"])
 
     before = {p: p.stat().st_mtime_ns for p in sorted((again / "wordnet-pairs").iterdir())}
@@ -556,19 +562,17 @@ def test_a_rebuild_is_byte_identical_and_an_unchanged_task_is_not_rewritten(
     ],
 )
 def test_a_missing_source_is_a_one_line_error_naming_the_package_with_exit_code_2(
-    tmp_path: Path, option: str, task: str, package: str
+    tmp_path: Path, option: str, task: str, package: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # the script's `main` in this process (an interpreter start-up fewer per case): an exception it let through
+    # would fail the test here just as a traceback on stderr would
     empty = tmp_path / "empty"
     empty.mkdir()
-    res = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), "--tasks", task, option, str(empty)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert res.returncode == 2, res.stdout + res.stderr
-    lines = res.stderr.strip().split("\n")
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    code = bpt.main(["--out", str(tmp_path / "out"), "--tasks", task, option, str(empty)])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    lines = err.strip().split("\n")
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert f"apt-get install -y {package}" in lines[0]
     assert not (tmp_path / "out" / task).exists()
 
