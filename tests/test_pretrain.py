@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import HANG_TIMEOUT
+from helpers.torchrun import torchrun_in_this_process
 from safetensors.torch import load_file
 
 from bertforge.config import config_to_yaml, load_config
@@ -197,11 +197,10 @@ def test_two_rank_pretraining_matches_one_process(strategy: str, prepared_mlm: P
     config_file = tmp_path / "p2.yaml"
     config_file.write_text(config_to_yaml(run_config(prepared_mlm, tmp_path / "p2", *TWO_RANK_SETTINGS,
                                                      f"dist.strategy={strategy}")))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "bertforge.cli", "-q", "pretrain", str(config_file)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT,
-                          env=os.environ | {"OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the launcher in this process (`helpers.torchrun`: a second interpreter only added start-up CPU); the two
+    # ranks are processes of their own
+    torchrun_in_this_process("--standalone", "--nproc_per_node=2", "-m", "bertforge.cli", "-q", "pretrain",
+                             str(config_file))
     losses = [r["loss"] for r in records(tmp_path / "p2", "train")]
     assert len(losses) == len(one_process_losses) == 4
     assert losses == pytest.approx(one_process_losses, rel=1e-4)
