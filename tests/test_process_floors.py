@@ -1,5 +1,6 @@
 """Fixed start-up costs of training processes: a `finetune` run that does not compile never imports `torch._dynamo`
-(about 1.4 s of CPU in every such process), and the optimizers that avoid it step and save exactly as torch's do.
+(about 1.4 s of CPU in every such process), the optimizers that avoid it step and save exactly as torch's do, and
+fine-tuning from a pre-trained MLM directory does not import a `transformers` modeling module.
 
 Checked by what a fresh interpreter has imported (`sys.modules`), not by time.
 """
@@ -15,9 +16,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from helpers.finetuning import QUIET_RUN, TINY_MODEL, minilm_dir, supersense_files
+from helpers.models import tiny_config
+from safetensors.torch import load_file
 
 from bertforge.config import OptimSection
+from bertforge.models import BertforgeForPreTraining
+from bertforge.models.hf import export_hf
+from bertforge.models.loading import load_for_task
 from bertforge.train.optim import build_optimizer, default_parameter_groups, optimizer_class_and_options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,3 +108,26 @@ def test_training_that_does_not_compile_never_imports_torch_dynamo(tmp_path: Pat
     assert code == 0, result.stderr[-3000:]
     assert (tmp_path / "tiny/final/config.json").is_file() and (tmp_path / "tiny/test_results.json").is_file()
     assert dynamo_modules == []
+
+
+def test_a_pretrained_mlm_export_loads_for_fine_tuning_without_transformers_from_pretrained(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pre-training run's final/ holds BERT's MLM bias once (`cls.predictions.bias`, as `save_pretrained` writes
+    it); fine-tuning from it reads the file directly instead of falling back to `from_pretrained`, whose modeling
+    module (and torch._dynamo) cost about 2.4 s of CPU in every such fine-tuning process."""
+    torch.manual_seed(0)
+    pretrained = BertforgeForPreTraining(tiny_config())
+    directory = export_hf(pretrained, None, tmp_path / "mlm").directory
+    assert "cls.predictions.bias" in load_file(str(directory / "model.safetensors"))
+    assert "cls.predictions.decoder.bias" not in load_file(str(directory / "model.safetensors"))
+    hf_class = json.loads((directory / "config.json").read_text())["architectures"][0]
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{hf_class}.from_pretrained was called")
+
+    monkeypatch.setattr(getattr(transformers, hf_class), "from_pretrained", refuse)
+    expected = pretrained.state_dict()
+    reloaded = load_for_task(directory, "pretraining").state_dict()
+    assert all(torch.equal(reloaded[key], expected[key]) for key in expected)  # the MLM bias included
+    classifier = load_for_task(directory, "classification", num_labels=3).state_dict()
+    assert all(torch.equal(classifier[key], expected[key]) for key in expected if key.startswith("encoder."))
