@@ -106,7 +106,7 @@ class ClassificationTask(FinetuneTask):
 
             encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
             model = BertforgeForSequenceClassification(encoder, data.num_labels, data.task_type, label_names)
-        self._check_positions(model)
+        self._check_model_fits_input(model)
         return model
 
     def _model_from(self, reference: str, task_type: str, num_labels: int, label_names: list[str] | None) -> nn.Module:

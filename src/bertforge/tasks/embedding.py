@@ -107,7 +107,7 @@ class EmbeddingTask(FinetuneTask):
             encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
             # a preset's pooling is a classifier's (BERT's pooler); a sentence embedding is the token mean
             model = BertforgeForEmbedding(dataclasses.replace(encoder, pooling=section.pooling or "mean"), normalize)
-        self._check_positions(model)
+        self._check_model_fits_input(model)
         return model
 
     # --- training -------------------------------------------------------------------------------

@@ -104,11 +104,25 @@ class FinetuneTask(Task):
 
     # --- model ----------------------------------------------------------------------------------
 
-    def _check_positions(self, model: nn.Module) -> None:
+    def _check_model_fits_input(self, model: nn.Module) -> None:
+        """The model has a position for `finetune.max_length` tokens and an embedding for every token id the
+        tokenizer gives (an id past the table is an opaque IndexError in the middle of the first step)."""
         positions = model.config.max_sequence_length
         if model.config.position == "learned" and self.config.finetune.max_length > positions:
             raise ConfigError(f"finetune.max_length is {self.config.finetune.max_length} but the model has learned "
                               f"positions for {positions} tokens; set finetune.max_length <= {positions}")
+        from bertforge.data.tokenizer import load_tokenizer
+
+        tokens = load_tokenizer(self.tokenizer_dir()).vocab_size
+        if model.config.vocab_size < tokens:
+            section = self.config.model
+            tokenizer = f"model.tokenizer ({section.tokenizer})" if section.tokenizer else "its tokenizer"
+            if section.init_from:
+                raise ConfigError(f"model.init_from ({section.init_from}) has {model.config.vocab_size} token embeddings "
+                                  f"but {tokenizer} has {tokens} tokens; use the tokenizer the model was trained with "
+                                  "(leave model.tokenizer unset to take the one saved with it)")
+            raise ConfigError(f"model.vocab_size is {model.config.vocab_size} but {tokenizer} has {tokens} tokens; "
+                              f"set model.vocab_size to at least {tokens} or leave it unset")
 
     def save_model(self, model: nn.Module, directory: Path) -> None:
         """The model directory of a checkpoint: bertforge's format, with the tokenizer."""

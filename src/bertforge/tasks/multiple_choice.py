@@ -311,7 +311,7 @@ class MultipleChoiceTask(FinetuneTask):
 
             model = BertforgeForMultipleChoice(
                 encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size))
-        self._check_positions(model)
+        self._check_model_fits_input(model)
         return model
 
     def loss_units(self, batch: Batch) -> dict[str, float]:

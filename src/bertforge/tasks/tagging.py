@@ -97,7 +97,7 @@ class TokenClassificationTask(FinetuneTask):
 
             encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
             model = BertforgeForTokenClassification(encoder, len(self.tag_names), self.tag_names)
-        self._check_positions(model)
+        self._check_model_fits_input(model)
         return model
 
     # --- training -------------------------------------------------------------------------------
