@@ -181,6 +181,14 @@ def redraw_classifier(model: torch.nn.Module, draw: str, seed: int) -> None:
         classifier.bias.zero_()
 
 
+def reads_classifier_dropout(model_dir: Path) -> bool:
+    """Whether the family of the Hugging Face directory `model_dir` has a classifier rate a run may set."""
+    from bertforge.models.families import family_of_model_type
+
+    model_type = json.loads((model_dir / "config.json").read_text())["model_type"]
+    return family_of_model_type(model_type, str(model_dir)).reads_classifier_dropout
+
+
 def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init: Path, dropout: bool,
                     options: BertforgeOptions, lr: float = LR) -> dict:
     """`bertforge finetune`'s YAML for this run (written to disk and loaded as a user's would be)."""
@@ -194,7 +202,9 @@ def finetune_config(workdir: Path, task: TaskData, seed: int, epochs: int, init:
     if options.pooling is not None:
         model["pooling"] = options.pooling
     if not dropout:
-        model |= {"hidden_dropout": 0.0, "attention_dropout": 0.0, "classifier_dropout": 0.0}
+        model |= {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+        if reads_classifier_dropout(init):  # MPNet's heads follow hidden_dropout; it refuses a classifier rate
+            model["classifier_dropout"] = 0.0
     return {
         "run": {"output_dir": str(workdir), "name": f"bertforge-{task.name}-seed{seed}-{time.monotonic_ns()}",
                 "seed": seed, "device": "cpu"},

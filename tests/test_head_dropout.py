@@ -189,14 +189,32 @@ def test_a_runs_hidden_dropout_moves_the_multiple_choice_rate_where_the_stock_cl
 
     tiny_hf_model(family, "ForMultipleChoice").save_pretrained(tmp_path)
     run_rate = 0.2  # apart from the checkpoint's HIDDEN_RATE and the run's classifier rate
-    ours = load_for_task(tmp_path, "multiple_choice",
-                         config_overrides={"hidden_dropout": run_rate, "classifier_dropout": 0.05})
+    # MPNet has no classifier rate to set (test_mpnet_refuses_a_classifier_dropout_its_export_could_not_keep)
+    classifier = {} if family == "mpnet" else {"classifier_dropout": 0.05}
+    ours = load_for_task(tmp_path, "multiple_choice", config_overrides={"hidden_dropout": run_rate, **classifier})
     assert ours.head.dropout.p == run_rate
     exported = to_hf_model(ours)
     assert exported.config.hidden_dropout_prob == run_rate
     got, without_dropout = our_train_mode_logits(ours, "ForMultipleChoice", seed=3)
     assert (got - without_dropout).abs().max() > 1e-3
     assert (got - hf_train_mode_logits(exported, "ForMultipleChoice", seed=3)).abs().max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("head", ["ForSequenceClassification", "ForTokenClassification", "ForMultipleChoice"])
+def test_mpnet_refuses_a_classifier_dropout_its_export_could_not_keep(head: str, tmp_path: Path) -> None:
+    """MPNetConfig has no classifier rate (every MPNet head drops out at hidden_dropout_prob): a run's
+    model.classifier_dropout would train a rate the exported model forgets, so it is refused, naming the key to use."""
+    from bertforge.errors import ConfigError
+    from bertforge.models.loading import load_for_task
+
+    tiny_hf_model("mpnet", head).save_pretrained(tmp_path)
+    kind = {"ForSequenceClassification": "classification", "ForTokenClassification": "token_classification",
+            "ForMultipleChoice": "multiple_choice"}[head]
+    options = {"num_labels": 3} if kind != "multiple_choice" else {}
+    with pytest.raises(ConfigError, match="model.classifier_dropout cannot be set .* set model.hidden_dropout instead"):
+        load_for_task(tmp_path, kind, config_overrides={"classifier_dropout": 0.05}, **options)
+    kept = load_for_task(tmp_path, kind, config_overrides={"hidden_dropout": 0.2}, **options)
+    assert to_hf_model(kept).config.hidden_dropout_prob == 0.2
 
 
 def test_the_families_that_drop_out_the_first_token_twice_say_so_in_their_config() -> None:

@@ -18,6 +18,7 @@ from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.models.config import EncoderConfig
 from bertforge.models.embedding import BertforgeForEmbedding, embedding_pooling
 from bertforge.models.encoder import BertforgeModel
+from bertforge.models.families import family_of_model_type
 from bertforge.models.for_pretraining import BertforgeForPreTraining
 from bertforge.models.hf import BertforgeAny, load_hf_checkpoint
 from bertforge.models.init import every_weight_loaded_next, weights_from_checkpoint
@@ -100,6 +101,12 @@ def _with_overrides(config: EncoderConfig, overrides: dict[str, object], source:
     if unknown:
         raise ConfigError(f"{', '.join(unknown)} cannot change when starting from {source} (the weights fix them); "
                           f"only {', '.join(RUNTIME_FIELDS)} can")
+    if overrides.get("classifier_dropout") is not None and config.hf_model_type:
+        family = family_of_model_type(config.hf_model_type, source)
+        if not family.reads_classifier_dropout:
+            raise ConfigError(f"model.classifier_dropout cannot be set for {source}: {family.hf_prefix}'s heads drop out at "
+                              "hidden_dropout_prob (its config has no classifier rate, so the export could not keep "
+                              "it); set model.hidden_dropout instead")
     # the rate the run asks of its classifier wins over a multiple-choice scorer's own (ELECTRA's summary_last_dropout,
     # which the export writes back); a scorer that follows hidden_dropout (RoBERTa's, MPNet's) keeps following it
     if "classifier_dropout" in overrides:

@@ -151,6 +151,9 @@ class ModelFamily:
     # tables name}, applied to its state dict before import (DeBERTa-v2's `legacy` masked-LM head); keys already
     # named as the tables name them are then unused, as in transformers' older class
     older_names: Callable[[transformers.PretrainedConfig], dict[str, str]] = lambda hf_config: {}
+    # False where the family's config has no classifier rate its heads read (MPNet's heads drop out at
+    # hidden_dropout_prob): a run's model.classifier_dropout would train a rate the export cannot keep, so it is refused
+    reads_classifier_dropout: bool = True
 
     def base_class(self) -> str:
         return self.hf_prefix + BASE_SUFFIX

@@ -128,5 +128,5 @@ FAMILY = ModelFamily(
     name="mpnet", model_type="mpnet", hf_prefix="MPNet", encoder_prefix="mpnet.", head_keys=HEADS,
     unfit_reason=unfit_reason, unfit_head=unfit_head, config_from_hf=config_from_hf, config_to_hf=config_to_hf,
     encoder_keys=encoder_keys, classifier_start="a new dense + tanh on <s> (MPNetClassificationHead)",
-    build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler,
+    build_hf_model=build_with_optional_pooler, load_arguments=load_with_optional_pooler, reads_classifier_dropout=False,
 )
