@@ -101,10 +101,9 @@ class ClassificationTask(FinetuneTask):
         if section.init_from:
             model = self._model_from(section.init_from, data.task_type, data.num_labels, label_names)
         else:
-            from bertforge.data.tokenizer import load_tokenizer
             from bertforge.models import BertforgeForSequenceClassification, encoder_config_from_section
 
-            encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
+            encoder = encoder_config_from_section(section, self.tokenizer_tokens())
             model = BertforgeForSequenceClassification(encoder, data.num_labels, data.task_type, label_names)
         self._check_model_fits_input(model)
         return model

@@ -101,10 +101,9 @@ class EmbeddingTask(FinetuneTask):
             model = load_for_task(resolve_model(section.init_from).path, TASK_TYPE, normalize=normalize,
                                   config_overrides=runtime_overrides(section))
         else:
-            from bertforge.data.tokenizer import load_tokenizer
             from bertforge.models import BertforgeForEmbedding, encoder_config_from_section
 
-            encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
+            encoder = encoder_config_from_section(section, self.tokenizer_tokens())
             # a preset's pooling is a classifier's (BERT's pooler); a sentence embedding is the token mean
             model = BertforgeForEmbedding(dataclasses.replace(encoder, pooling=section.pooling or "mean"), normalize)
         self._check_model_fits_input(model)

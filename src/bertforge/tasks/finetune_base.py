@@ -35,6 +35,7 @@ class FinetuneTask(Task):
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self._tokenizer_dir: Path | None = None
+        self._tokenizer_tokens: int | None = None
         self.validation_subset: ValidationSubset | None = None
         self.validation_rows: Any = None  # the split (or subset) the evaluations during training score
 
@@ -50,6 +51,15 @@ class FinetuneTask(Task):
         if self._tokenizer_dir is None:
             self._tokenizer_dir = self._find_tokenizer_dir()
         return self._tokenizer_dir
+
+    def tokenizer_tokens(self) -> int:
+        """How many token ids `tokenizer_dir()`'s tokenizer gives: the size of a new model's embedding table and
+        the least an imported model's must have; the tokenizer is read once for both."""
+        if self._tokenizer_tokens is None:
+            from bertforge.data.tokenizer import load_tokenizer
+
+            self._tokenizer_tokens = load_tokenizer(self.tokenizer_dir()).vocab_size
+        return self._tokenizer_tokens
 
     def _find_tokenizer_dir(self) -> Path:
         section = self.config.model
@@ -111,9 +121,7 @@ class FinetuneTask(Task):
         if model.config.position == "learned" and self.config.finetune.max_length > positions:
             raise ConfigError(f"finetune.max_length is {self.config.finetune.max_length} but the model has learned "
                               f"positions for {positions} tokens; set finetune.max_length <= {positions}")
-        from bertforge.data.tokenizer import load_tokenizer
-
-        tokens = load_tokenizer(self.tokenizer_dir()).vocab_size
+        tokens = self.tokenizer_tokens()
         if model.config.vocab_size < tokens:
             section = self.config.model
             tokenizer = f"model.tokenizer ({section.tokenizer})" if section.tokenizer else "its tokenizer"

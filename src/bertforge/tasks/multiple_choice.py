@@ -306,11 +306,10 @@ class MultipleChoiceTask(FinetuneTask):
             model = load_for_task(resolve_model(section.init_from).path, TASK_TYPE,
                                   config_overrides=runtime_overrides(section))
         else:
-            from bertforge.data.tokenizer import load_tokenizer
             from bertforge.models import encoder_config_from_section
 
             model = BertforgeForMultipleChoice(
-                encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size))
+                encoder_config_from_section(section, self.tokenizer_tokens()))
         self._check_model_fits_input(model)
         return model
 

@@ -92,10 +92,9 @@ class TokenClassificationTask(FinetuneTask):
             model = load_for_task(resolve_model(section.init_from).path, TASK_TYPE, label_names=self.tag_names,
                                   config_overrides=runtime_overrides(section))
         else:
-            from bertforge.data.tokenizer import load_tokenizer
             from bertforge.models import BertforgeForTokenClassification, encoder_config_from_section
 
-            encoder = encoder_config_from_section(section, load_tokenizer(self.tokenizer_dir()).vocab_size)
+            encoder = encoder_config_from_section(section, self.tokenizer_tokens())
             model = BertforgeForTokenClassification(encoder, len(self.tag_names), self.tag_names)
         self._check_model_fits_input(model)
         return model
