@@ -99,7 +99,10 @@ def test_the_export_writes_what_save_pretrained_of_the_stock_model_writes(tmp_pa
     choices = exported_as.endswith("ForMultipleChoice")
     ids = torch.randint(4, 96, (2, 3, 9) if choices else (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert torch.equal(reloaded.eval()(input_ids=ids)[0], stock_model(input_ids=ids)[0])
+        # the files are bitwise equal (above); the scores may differ in the last bit, because a CPU's matrix
+        # kernels can round by where a tensor sits in memory (1 ulp, 3e-8, on an AMD EPYC for the
+        # multiple-choice classes' one-output classifier)
+        torch.testing.assert_close(reloaded.eval()(input_ids=ids)[0], stock_model(input_ids=ids)[0], rtol=0, atol=1e-6)
 
 
 def test_a_model_over_the_single_file_limit_is_left_to_save_pretrained(tmp_path: Path,
@@ -112,4 +115,5 @@ def test_a_model_over_the_single_file_limit_is_left_to_save_pretrained(tmp_path:
     assert not loading["missing_keys"] and not loading["unexpected_keys"]
     ids = torch.randint(4, 96, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert torch.equal(reloaded.eval()(input_ids=ids).logits, to_hf_model(ours).eval()(input_ids=ids).logits)
+        torch.testing.assert_close(reloaded.eval()(input_ids=ids).logits, to_hf_model(ours).eval()(input_ids=ids).logits,
+                                   rtol=0, atol=1e-6)  # as above: the last bit may follow memory placement

@@ -77,7 +77,11 @@ def losses_step_for_step(hf_model: nn.Module, ours: nn.Module, head: str,
     clipping the gradient norm to `max_norm`. `lr` is large so six steps move the weights well away."""
     config = hf_model.config
     models = (ours.train(), hf_model.train())
-    optimizers = [torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01) for model in models]
+    # eps 1e-6, not torch's 1e-8: a gradient that is zero in exact arithmetic (the key bias's: softmax ignores a
+    # shift shared by every key) is rounding noise of ~1e-8 on each side, which eps 1e-8 turns into a step of
+    # about lr with the noise's sign; two correct implementations then drifted 1.1e-4 apart by step 2 on an
+    # AMD EPYC CPU (2e-6 with eps 1e-6), where an Intel Xeon's kernels happened to round alike
+    optimizers = [torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, eps=1e-6) for model in models]
     losses: tuple[list[float], list[float]] = ([], [])
     for step, (ids, mask) in enumerate(batches):
         labels = batch_labels(head, ids, mask, config.num_labels, config.hidden_size, seed=step)
