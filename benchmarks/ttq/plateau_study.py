@@ -67,7 +67,10 @@ def main() -> None:
     corpus = corpus_file(arguments.corpus, work)
     tokenizer_dir, data_dir, manifest = prepare_corpus(corpus, work)
     if arguments.stage == "train":
-        hf_data = group_texts_dataset(work, tokenizer_dir, corpus, manifest)
+        # only HF Trainer's arm reads run_mlm's group_texts blocks: on debian-docs (142 MB) building them costs
+        # minutes of CPU and a large dataset on disk that a recipe-only call never opens
+        hf_data = (group_texts_dataset(work, tokenizer_dir, corpus, manifest)
+                   if any(ARMS[name].kind == "hf" for name in arguments.arms) else None)
         for name in arguments.arms:
             run_dir = work / "runs" / f"{name}-seed{arguments.seed}"
             record = train_step_arm(ARMS[name], arguments.seed, run_dir / "train", tokenizer_dir, data_dir, hf_data,

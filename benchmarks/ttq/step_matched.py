@@ -47,7 +47,7 @@ ARMS = {arm.name: arm for arm in (
 )}
 
 
-def train_step_arm(arm: StepArm, seed: int, out_dir: Path, tokenizer_dir: Path, data_dir: Path, hf_data: Path,
+def train_step_arm(arm: StepArm, seed: int, out_dir: Path, tokenizer_dir: Path, data_dir: Path, hf_data: Path | None,
                    every: int, threads: int, recipe: Path = DEFAULT_RECIPE, step_cap: int | None = None) -> dict[str, Any]:
     """Train `arm` from scratch into `out_dir`, exporting every `every` steps and at the end; returns the curve
     points (step, tokens, minutes of training, model directory). `step_cap` stops a recipe arm after that many
@@ -61,6 +61,8 @@ def train_step_arm(arm: StepArm, seed: int, out_dir: Path, tokenizer_dir: Path, 
     if arm.kind == "hf":
         if step_cap is not None:
             raise ValueError("a step cap is implemented for recipe arms only")
+        if hf_data is None:
+            raise ValueError("the hf arm trains on run_mlm's group_texts blocks: pass their dataset directory")
         return train_hf(arm, seed, out_dir, tokenizer_dir, hf_data, every)
     return train_recipe(arm, seed, out_dir, data_dir, every, recipe, step_cap)
 
