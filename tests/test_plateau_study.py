@@ -9,7 +9,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ttq.plateau_scoring import VALIDATION_MASKS_GUESS, guess_record, unigram_baseline
+import pytest
+
+from benchmarks.common.mlm import EVAL_BATCH
+from benchmarks.ttq.plateau_scoring import (
+    VALIDATION_MASKS_GUESS,
+    check_validation_cap,
+    guess_record,
+    scored_validation,
+    unigram_baseline,
+)
 from benchmarks.ttq.plateau_seeds import arm_seed_record, render
 from benchmarks.ttq.settings import DEFAULT_RECIPE
 from benchmarks.ttq.step_cost import measure_step_costs
@@ -118,3 +127,37 @@ def test_the_step_cost_times_each_arm_in_turn_and_states_the_ratio_to_the_first(
     ratios = costs["ratio_to_tiny"]
     assert ratios["tiny"] == 1.0 and ratios["tiny-dropout"] > 0
     assert costs["timed_steps_per_run"] == 2
+
+
+def test_a_validation_cap_scores_whole_batches_spread_over_the_split_with_the_masks_they_have_in_the_whole(
+        tmp_path: Path, corpus_slice: Path, tokenizer_dir: Path) -> None:
+    import torch
+
+    from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
+
+    # 16-token samples and half the documents held out: a validation split of many batches, in corpus order
+    data = tmp_path / "data"
+    prepare_pretraining_data([str(corpus_slice)], tokenizer_dir, data, PrepareSettings(seq_len=16, split=(1, 1)),
+                             workers=0, progress=False)
+    whole = scored_validation(data, None)
+    assert len(whole) >= 8
+    subset = scored_validation(data, 3 * EVAL_BATCH - 10)  # rounded up to whole batches
+    assert len(subset) == 3
+    positions = [next(index for index, batch in enumerate(whole)
+                      if torch.equal(batch["input_ids"], chosen["input_ids"])
+                      and torch.equal(batch["labels"], chosen["labels"])) for chosen in subset]
+    assert positions == sorted(set(positions))  # distinct batches of the whole, masks included, in split order
+    assert positions[0] == 0 and positions[-1] >= len(whole) // 2  # not the split's first three: one package's text
+
+
+def test_a_curve_scored_on_another_validation_subset_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cached = tmp_path / "recipe-seed1.json"
+    check_validation_cap({"curve": [], "validation_samples_cap": 1024}, 1024, cached)
+    check_validation_cap({}, 512, cached)  # nothing scored yet: any cap
+    check_validation_cap({"curve": []}, None, cached)  # reports before the cap existed scored every batch
+    with pytest.raises(SystemExit) as stopped:
+        check_validation_cap({"curve": [], "validation_samples_cap": 1024}, None, cached)
+    assert stopped.value.code == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and str(cached) in message and "--validation-samples 1024" in message

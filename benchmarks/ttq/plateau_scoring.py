@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.common.features import feature_report
 from benchmarks.common.hf_arms import hf_masked_lm
-from benchmarks.common.mlm import EVALUATION_SEED, mlm_accuracy, packed_validation_batches
+from benchmarks.common.mlm import EVAL_BATCH, EVALUATION_SEED, mlm_accuracy, packed_validation_batches
 from benchmarks.common.reports import machine_description, write_atomically
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS, evenly_spaced, load_task
 from benchmarks.ttq.downstream import FineTuning, fine_tune_with, fine_tuning_grid
@@ -31,6 +32,26 @@ FEATURE_TEXTS = 512  # supersense training glosses, evenly spaced: the text the 
 # Reports written before 2026-11-27 have no "unigram_guess": their baseline was the validation masks' own most
 # frequent token, which is never below the training data's guess on the same masks (equal on tech-dictionaries: '.')
 VALIDATION_MASKS_GUESS = "the validation masks' own most frequent token (reports before 2026-11-27)"
+
+
+def scored_validation(data_dir: Path, samples: int | None) -> list[dict[str, Any]]:
+    """The fixed-mask validation batches every export is scored on: all of them, or about `samples` samples in
+    whole batches spread evenly over the split. A large corpus's 2% split (debian-docs: 6,882 samples, ~109k masked
+    tokens) costs minutes of CPU per export; evenly spaced, because the split's documents are in corpus order (by
+    package on debian-docs) and its first batches would be one package's text. Each batch keeps its masks."""
+    batches = packed_validation_batches(data_dir, EVALUATION_SEED)
+    if samples is None:
+        return batches
+    return evenly_spaced(batches, math.ceil(samples / EVAL_BATCH))
+
+
+def check_validation_cap(result: dict[str, Any], samples: int | None, cached: Path) -> None:
+    """A cached curve was scored on the validation subset of its own --validation-samples; comparing it with curves
+    or a baseline from another subset would mix two sets of masks, so a different cap ends the program."""
+    if "curve" in result and result.get("validation_samples_cap") != samples:
+        print(f"error: {cached} was scored with --validation-samples {result.get('validation_samples_cap')}, not "
+              f"{samples}; pass that value, or remove the file to score the exports again", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def unigram_baseline(data_dir: Path, batches: list[dict[str, Any]]) -> tuple[UnigramGuess, float]:
@@ -100,7 +121,7 @@ def fine_tune_record(work: Path, model_dir: str, task: Any, name: str, setting: 
 
 
 def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, data_dir: Path) -> None:
-    validation = packed_validation_batches(data_dir, EVALUATION_SEED)
+    validation = scored_validation(data_dir, arguments.validation_samples)
     guess, baseline = unigram_baseline(data_dir, validation)
     supersense = load_task("supersense", *arguments.finetune_rows)
     texts = [row["text"] for row in evenly_spaced(supersense.train, FEATURE_TEXTS)]
@@ -117,9 +138,11 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
             continue
         cached = store / f"{name}-seed{arguments.seed}.json"
         result = json.loads(cached.read_text()) if cached.is_file() else {}
+        check_validation_cap(result, arguments.validation_samples, cached)
         if "curve" not in result:
             record = json.loads(record_path.read_text())
             wanted = arguments.feature_steps
+            result["validation_samples_cap"] = arguments.validation_samples
             result["curve"] = [point | mlm_accuracy(point["model_dir"], validation, "cpu")
                                | ({"features": feature_report(point["model_dir"], texts, str(tokenizer_dir))}
                                   if wanted is None or point["step"] in wanted else {})
@@ -147,7 +170,7 @@ def score_all(arguments: argparse.Namespace, work: Path, tokenizer_dir: Path, da
     report = {"machine": machine_description("cpu"), "corpus": arguments.corpus, "seed": arguments.seed,
               "command": " ".join(["python", *sys.argv]),
               "unigram_guess": guess_record(guess), "unigram_accuracy": baseline,
-              "validation_masked_tokens": result_masked(results),
+              "validation_masked_tokens": result_masked(results), "validation_samples_cap": arguments.validation_samples,
               "supersense_rows": [len(supersense.train), len(supersense.test)], "majority_class_accuracy": majority,
               "arms": {name: {"title": TITLES[name], "planned_steps": ARMS[name].steps if name in ARMS else 0,
                               "steps": result["curve"][-1]["step"], "step_cap": result.get("step_cap"),
@@ -166,7 +189,9 @@ def result_masked(results: dict[str, Any]) -> int:
 
 def render(report: dict[str, Any]) -> str:
     """The figures as tables: each arm's plateau and final features, then its fine-tunes per setting."""
-    lines = [f"Unigram baseline (validation, fixed masks): {report['unigram_accuracy']:.4f}, "
+    cap = report.get("validation_samples_cap")
+    subset = f", ~{cap} samples spread evenly over the split" if cap else ""
+    lines = [f"Unigram baseline (validation{subset}, fixed masks): {report['unigram_accuracy']:.4f}, "
              f"{guess_description(report)}; supersense majority class: {report['majority_class_accuracy']:.3f}", "",
              "| arm | last step scored | plateau exit step | final MLM acc | last-layer common share | last-layer eff. rank "
              "| attention entropy (last) / uniform | [CLS] mean cosine | mean-pooled mean cosine |",

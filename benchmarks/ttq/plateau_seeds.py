@@ -14,7 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ttq.plateau_scoring import TITLES, UNTRAINED, guess_description, plateau_exit
+from benchmarks.ttq.plateau_scoring import (
+    TITLES,
+    UNTRAINED,
+    check_validation_cap,
+    guess_description,
+    plateau_exit,
+)
 
 FEATURE_STEP = 100  # the step whose common share and fine-tunes the single-seed study reported
 
@@ -56,7 +62,7 @@ def setting_means(runs: list[dict[str, Any]], settings: list[str], seeds: list[i
 
 def collect(work: Path, arms: list[str], seeds: list[int], baseline: float, step_cap: int | None,
             earlier: list[dict[str, Any]], settings: list[str], downstream_seeds: list[int],
-            raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+            raw: dict[str, dict[str, Any]], validation_samples: int | None) -> dict[str, dict[str, Any]]:
     """{arm: {seed: record}} from the cached scores, else from the earlier reports (their arms of their seed); `raw`
     gets what each record was made from (every export's figures and features, each fine-tune and its loss)."""
     table: dict[str, dict[str, Any]] = {}
@@ -65,6 +71,7 @@ def collect(work: Path, arms: list[str], seeds: list[int], baseline: float, step
             cached = work / "scores" / f"{arm}-seed{seed}.json"
             if cached.is_file():
                 result, source = json.loads(cached.read_text()), str(cached.relative_to(work))
+                check_validation_cap(result, validation_samples, cached)
             else:
                 found = next((report for report in earlier if report["seed"] == seed and arm in report["arms"]), None)
                 if found is None:
@@ -98,7 +105,9 @@ def render(report: dict[str, Any]) -> str:
     steps = sorted({int(step) for record in records_of for step in record["mlm_accuracy"] if int(step) > 0})
     settings = report["fine_tuning_settings"]
     ft_steps = sorted({int(step) for record in records_of for step in record["fine_tuned"]})
-    lines = [f"Unigram guess (validation, fixed masks): {report['unigram_accuracy']:.4f}, "
+    cap = report.get("validation_samples_cap")
+    subset = f", ~{cap} samples spread evenly over the split" if cap else ""
+    lines = [f"Unigram guess (validation{subset}, fixed masks): {report['unigram_accuracy']:.4f}, "
              f"{guess_description(report)}; on the plateau = MLM accuracy at most {report['plateau_margin']} above "
              f"it; step cap {report['step_cap']}; supersense "
              f"majority class {report['majority_class_accuracy']}", "",
@@ -155,15 +164,14 @@ def render(report: dict[str, Any]) -> str:
 
 
 def summarize_seeds(arguments: Any, work: Path, data_dir: Path) -> None:
-    from benchmarks.common.mlm import EVALUATION_SEED, packed_validation_batches
     from benchmarks.common.reports import write_atomically
     from benchmarks.common.tasks import DOWNSTREAM_SEEDS
     from benchmarks.ttq.downstream import fine_tuning_grid
-    from benchmarks.ttq.plateau_scoring import guess_record, unigram_baseline
+    from benchmarks.ttq.plateau_scoring import guess_record, scored_validation, unigram_baseline
     from benchmarks.ttq.settings import RESULTS
     from bertforge.tasks.mlm_plateau import PLATEAU_MARGIN
 
-    guess, baseline = unigram_baseline(data_dir, packed_validation_batches(data_dir, EVALUATION_SEED))
+    guess, baseline = unigram_baseline(data_dir, scored_validation(data_dir, arguments.validation_samples))
     earlier = []
     for path in arguments.earlier:
         report = json.loads(Path(path).read_text())
@@ -175,10 +183,11 @@ def summarize_seeds(arguments: Any, work: Path, data_dir: Path) -> None:
     raw: dict[str, dict[str, Any]] = {}
     majority = next((report["majority_class_accuracy"] for report in earlier), None)
     report = {"command": " ".join(["python", *sys.argv]), "corpus": arguments.corpus, "seeds": seeds, "step_cap": arguments.max_steps,
-              "unigram_guess": guess_record(guess), "unigram_accuracy": baseline, "plateau_margin": PLATEAU_MARGIN, "majority_class_accuracy": majority,
+              "unigram_guess": guess_record(guess), "unigram_accuracy": baseline,
+              "validation_samples_cap": arguments.validation_samples, "plateau_margin": PLATEAU_MARGIN, "majority_class_accuracy": majority,
               "fine_tuning_settings": settings, "downstream_seeds": downstream_seeds,
               "arms": collect(work, arms, seeds, baseline, arguments.max_steps, earlier, settings, downstream_seeds,
-                              raw)}
+                              raw, arguments.validation_samples)}
     destination = Path(arguments.report_dir) if arguments.report_dir else RESULTS
     write_atomically(destination / f"{arguments.report_name}.json", json.dumps(report, indent=1))
     write_atomically(destination / f"{arguments.report_name}_raw.json", json.dumps(raw, indent=1))
