@@ -31,8 +31,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if not __package__:  # run as `python benchmarks/dropout_distribution.py`: import from the repository root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from benchmarks.common.reports import write_atomically  # noqa: E402
 from benchmarks.common.tasks import load_task  # noqa: E402
 
 ARMS = ("bertforge", "bertforge-F", "HF")
@@ -228,7 +230,7 @@ def main() -> int:
                     print(f"{name:<22} {row['variance_ratio']:9.3f} [{row['ci_low']:6.3f}, {row['ci_high']:6.3f}] "
                           f"{row['mean_z2']:9.2f} {row['mean_ours']:10.4f} {row['mean_theirs']:10.4f}")
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        write_atomically(args.json, json.dumps(report, indent=1) + "\n")
     return 0
 
 
