@@ -6,6 +6,7 @@ BertForMaskedLM)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from benchmarks.ttq.planning import (
     step_tokens,
     steps_filling,
 )
-from benchmarks.ttq.report import cells_of, reach_times, time_to_reach
+from benchmarks.ttq.report import cells_of, reach_times, runs_by_cpu, time_to_reach
 from benchmarks.ttq.settings import CODE_FILE, DEFAULT_RECIPE, RunSpec, bertforge_config
 from benchmarks.ttq.store import ResultStore, RunKey
 
@@ -169,6 +170,29 @@ def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_setti
     changed = settings | {"c": {"model": "bert-tiny"}}
     with pytest.raises(SystemExit, match="other settings \\(model"):
         store.pending(keys, changed.__getitem__)
+
+
+def test_a_committed_report_seeds_the_store_so_a_study_resumes_on_another_machine(tmp_path: Path) -> None:
+    settings = {"model": "bert-mini"}
+    done = [run_result("b", 10.0, [(10.0, 0.2)], seed=1) | {"settings": settings, "machine": {"cpu": "Xeon"}},
+            run_result("d", 10.0, [(10.0, 0.3)], seed=1) | {"settings": settings, "machine": {"cpu": "EPYC"}}]
+    report = tmp_path / "time_to_quality.json"
+    report.write_text(json.dumps({"results": done}), encoding="utf-8")
+    store = ResultStore(tmp_path / "results")
+    kept = run_result("d", 10.0, [(10.0, 0.9)], seed=1) | {"settings": settings, "machine": {"cpu": "EPYC"}}
+    store.save(RunKey("d", 10.0, 1), kept)
+
+    assert store.import_report(report) == [RunKey("b", 10.0, 1)]
+    keys = [RunKey(arm, 10.0, seed) for seed in (1, 2) for arm in ("b", "d")]
+    assert store.pending(keys, lambda arm: settings) == [RunKey("b", 10.0, 2), RunKey("d", 10.0, 2)]
+    assert store.results()[1]["curve"][0]["accuracy"] == 0.9  # the store's own run is kept, not replaced
+    assert runs_by_cpu(store.results()) == "1 on EPYC, 1 on Xeon"
+    with pytest.raises(SystemExit, match="other settings"):
+        store.pending(keys, lambda arm: {"model": "bert-tiny"})
+
+    report.write_text("{}", encoding="utf-8")
+    with pytest.raises(SystemExit, match="is not a time-to-quality report"):
+        store.import_report(report)
 
 
 def test_arm_d_refuses_a_missing_recipe_and_one_that_changes_the_model_shape(tmp_path: Path) -> None:

@@ -80,6 +80,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "time_to_quality"),
                         help="inputs, runs and the result store (reused: a re-run skips the done runs)")
+    parser.add_argument("--results-from", action="append", default=[], metavar="REPORT.json",
+                        help="a committed report (e.g. benchmarks/results/time_to_quality_tech_dictionaries.json): "
+                             "its runs go into the store first and are not run again, so a study split over "
+                             "machines resumes (repeatable)")
     parser.add_argument("--report-dir", default=None,
                         help="where the report goes (benchmarks/results; the work directory with --quick), e.g. "
                              "elsewhere for a screening run that must not replace the study's report")
@@ -181,6 +185,9 @@ def main() -> None:
     work = (work / "quick" if arguments.quick else work) / arguments.corpus
     corpus = corpus_file(arguments.corpus, work)
     store = ResultStore(work / "results")
+    for report_path in arguments.results_from:
+        added = store.import_report(Path(report_path))
+        console.print(f"{len(added)} run(s) from {report_path} put into the store", soft_wrap=True)
     common = {"corpus": arguments.corpus, "model": arguments.model, "threads": arguments.threads, "seq_len": SEQ_LEN,
               "vocab_size": VOCAB_SIZE, "export_fractions": list(EXPORT_FRACTIONS),
               "calibration": list(arguments.calibration), "downstream_seeds": arguments.downstream_seeds,

@@ -4,6 +4,7 @@ curves."""
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,13 @@ def reach_times(cells: dict[tuple[str, float], Cell]) -> tuple[float | None, dic
     return target, times
 
 
+def runs_by_cpu(results: list[dict[str, Any]]) -> str:
+    """How many of the report's runs each CPU trained: a study resumed on other machines mixes them, and the same
+    minutes buy another number of steps on another CPU."""
+    counts = Counter(result["machine"]["cpu"] for result in results)
+    return ", ".join(f"{count} on {cpu}" for cpu, count in sorted(counts.items())) or "none"
+
+
 def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
     settings, machine = report["settings"], report["machine"]
     data = report["data"]
@@ -82,6 +90,7 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         f"- Machine: {machine['cpu']}, {machine['cpu_count']} cores; torch {machine['torch']}, transformers "
         f"{machine['transformers']}; load average {machine['load_average_start']:.2f} at the start, "
         f"{machine['load_average_end']:.2f} at the end (of this invocation; the store may hold runs of earlier ones)",
+        f"- Runs: {runs_by_cpu(report['results'])} (a budget is minutes on that CPU)",
         f"- Data: {data['train_documents']:,} training documents ({data['train_tokens']:,} tokens by bertforge's "
         f"count), WordPiece {VOCAB_SIZE}; validation: the last {data['validation_documents']:,} documents, "
         f"{data['validation_masked_tokens']:,} masked tokens (fixed masks), scored with stock "

@@ -52,5 +52,24 @@ class ResultStore:
     def save(self, key: RunKey, result: dict[str, Any]) -> None:
         write_atomically(self.path(key), json.dumps(result, indent=1))
 
+    def import_report(self, report_path: Path) -> list[RunKey]:
+        """Put the runs of a finished report (`time_to_quality.json`, as committed to benchmarks/results) into the
+        store, so that a study split over machines, whose work directories do not survive, resumes where the
+        report stopped. A run the store already holds is kept, not replaced; an imported run measured with
+        other settings is refused by `pending`, as any stored one is. Returns the keys it added."""
+        try:
+            report = json.loads(report_path.read_text(encoding="utf-8"))
+            results = report["results"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise SystemExit(f"error: {report_path} is not a time-to-quality report ({error}); give the .json that "
+                             "time_to_quality.py wrote") from None
+        added = []
+        for result in results:
+            key = RunKey(result["arm"], float(result["budget_minutes"]), int(result["seed"]))
+            if not self.path(key).is_file():
+                self.save(key, result)
+                added.append(key)
+        return added
+
     def results(self) -> list[dict[str, Any]]:
         return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(self.directory.glob("*.json"))]
