@@ -58,14 +58,14 @@ class ResultStore:
         report stopped. A run the store already holds is kept, not replaced; an imported run measured with
         other settings is refused by `pending`, as any stored one is. Returns the keys it added."""
         try:
-            report = json.loads(report_path.read_text(encoding="utf-8"))
-            results = report["results"]
+            results = json.loads(report_path.read_text(encoding="utf-8"))["results"]
+            keyed = [(RunKey(result["arm"], float(result["budget_minutes"]), int(result["seed"])), result)
+                     for result in results]
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise SystemExit(f"error: {report_path} is not a time-to-quality report ({error}); give the .json that "
+            raise SystemExit(f"error: {report_path} is not a time-to-quality report ({error!r}); give the .json that "
                              "time_to_quality.py wrote") from None
         added = []
-        for result in results:
-            key = RunKey(result["arm"], float(result["budget_minutes"]), int(result["seed"]))
+        for key, result in keyed:
             if not self.path(key).is_file():
                 self.save(key, result)
                 added.append(key)
