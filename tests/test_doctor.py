@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import bertforge.doctor
 from bertforge.cli import main
@@ -96,3 +97,13 @@ def test_the_command_line_starts_without_importing_torch() -> None:
     code = "import sys; from bertforge.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("case", ["global", "window", "alibi", "bias"])
+def test_a_half_precision_backend_check_compares_output_and_gradients(case: str) -> None:
+    """The check GPUs run (bf16 against eager fp32), on this CPU: each run takes fresh leaves, so the bf16 run's
+    gradients exist (a cast of a tensor that requires grad is no leaf) and are not added into the reference's."""
+    from bertforge.train.precision import Precision
+
+    check = bertforge.doctor.check_backend("sdpa", case, torch.device("cpu"), Precision("bf16"))
+    assert check.ok and 0 < check.max_error <= check.tolerance == bertforge.doctor.TOLERANCES["bf16"]

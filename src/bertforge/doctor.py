@@ -196,7 +196,9 @@ def check_backend(backend: str, case: str, device: torch.device, precision: Prec
     bias = table[:, offsets[None, :] - offsets[:, None] + max(CHECK_LENGTHS) - 1].to(device) if case == "bias" else None
 
     def run(name: str, dtype: torch.dtype) -> list[torch.Tensor]:
-        leaves = [x.to(dtype).requires_grad_() for x in inputs]
+        # fresh leaves for each run: `x.to(dtype)` is `x` itself when nothing changes (fp32 on the CPU), so the
+        # runs' gradients would add up in one tensor, and of an `x` that requires grad it is no leaf (no .grad)
+        leaves = [x.to(dtype, copy=True).requires_grad_() for x in inputs]
         if name == "eager":
             output = eager_attention(*leaves, cu_seqlens, window=window, alibi_slopes=slopes, bias=bias)
         else:

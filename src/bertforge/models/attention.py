@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertforge.console import log
 from bertforge.models.attention_backends import (
@@ -47,6 +48,8 @@ from bertforge.models.attention_backends import (
 )
 from bertforge.models.compile_boundaries import eager_under_compile
 from bertforge.models.dropout import dropout
+
+MASKED_SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 _kernels_by_device: dict[torch.device, AvailableKernels] = {}
 _logged_choices: set[BackendChoice] = set()
@@ -221,6 +224,11 @@ class PackedAttention:
                                                                            for x in (query, key, value)]
         if own_dropout:
             output = attention_with_dropout(*rows, mask, dropout_p)
+        elif mask is not None and query.is_cuda:
+            # not cuDNN's attention: it plans per shape, and a batch's rows and lengths change every step
+            # (benchmarks/attention_dropout_paths.py, docs/scaling.md); the masked kernels that need no plan
+            with sdpa_kernel(MASKED_SDPA_BACKENDS):
+                output = F.scaled_dot_product_attention(*rows, attn_mask=mask, dropout_p=dropout_p)
         else:
             output = F.scaled_dot_product_attention(*rows, attn_mask=mask, dropout_p=dropout_p)
         heads, head_dim = query.shape[1:]

@@ -26,7 +26,7 @@ from bertforge.errors import ConfigError, DataError
 from bertforge.locate import resolve_model
 from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task
 from bertforge.tasks.mlm_plateau import PlateauWatch, UnigramGuess, unigram_accuracy, unigram_guess
-from bertforge.train.task import Batch, Task, TaskData
+from bertforge.train.task import Batch, Task, TaskData, batch_on_device, model_device
 
 if TYPE_CHECKING:
     from bertforge.train.checkpoint import TrainingState
@@ -140,9 +140,10 @@ class PretrainTask(Task):
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
         batches = batches if isinstance(batches, list) else list(batches)
+        device = model_device(model)
         mlm_loss = mlm_correct = masked = nsp_loss = nsp_correct = sequences = 0.0
-        for batch in batches:
-            output = model(**model_inputs(batch, MLM_TARGETS))
+        for batch in batches:  # fixed masks, built once on the CPU: each batch goes to the model's device
+            output = model(**model_inputs(batch_on_device(batch, device), MLM_TARGETS))
             mlm_loss += float(output.mlm_loss_sum)
             mlm_correct += float(output.mlm_correct)
             masked += output.num_masked

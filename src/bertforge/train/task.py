@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 Batch = dict[str, Any]
 
 
+def batch_on_device(batch: Batch, device: torch.device) -> Batch:
+    """The batch's tensors on `device` (the batch itself on the CPU, where they already are)."""
+    if device.type == "cpu":
+        return batch
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 class ResumableLoader(Protocol):
     """Micro-batches for one rank, epoch after epoch, starting at step `step` after `consumed_samples`.
 
@@ -127,10 +138,13 @@ class Task:
         return {"loss"} if type(self).evaluate is Task.evaluate else None
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
-        """Validation metrics over the batches; by default the mean of forward_step's loss."""
+        """Validation metrics over the batches; by default the mean of forward_step's loss. The batches are the
+        validation data as built, on the CPU: each goes to the model's device here (`batch_on_device`), as the
+        trainer moves each training batch before `forward_step`."""
+        device = model_device(model)
         total, count = 0.0, 0
         for batch in batches:
-            loss, _ = self.forward_step(batch, model)
+            loss, _ = self.forward_step(batch_on_device(batch, device), model)
             total, count = total + float(loss), count + 1
         return {"loss": total / max(count, 1)}
 

@@ -50,7 +50,7 @@ from bertforge.train.optim import (
 )
 from bertforge.train.precision import Precision, resolve_precision
 from bertforge.train.resume_config import check_resumed_config
-from bertforge.train.task import Batch, StepRunner, Task, TaskData, saves_model_directories
+from bertforge.train.task import Batch, StepRunner, Task, TaskData, batch_on_device, saves_model_directories
 
 
 @dataclass
@@ -433,7 +433,7 @@ class Trainer:
         if self.dropout is not None:
             fraction_done = run_fraction(step=state.step, total_steps=total_steps or 1, progress=progress)
             self.dropout.set(on=dropout_is_on(fraction_done, config.train.disable_dropout_until))
-        micro_batches = [_to_device(next(batches), self.device) for _ in range(micro_batch_count)]
+        micro_batches = [batch_on_device(next(batches), self.device) for _ in range(micro_batch_count)]
         units = [self.task.loss_units(batch) for batch in micro_batches]
         uses_units = units[0] is not None
         if uses_units:
@@ -717,12 +717,6 @@ def write_run_model_card(run_dir: Path, config: Config) -> None:
         write_model_card(final, run_dir=run_dir, config=config, command=command_line())
     except Exception as error:  # noqa: BLE001 - the card describes the model; the model stands without it
         log.warning(f"{final / CARD_NAME} not written ({type(error).__name__}: {first_line(error)})")
-
-
-def _to_device(batch: Batch, device: torch.device) -> Batch:
-    if device.type == "cpu":
-        return batch
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def _full_state_dict(model: nn.Module) -> dict[str, torch.Tensor] | None:
