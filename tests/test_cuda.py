@@ -60,10 +60,10 @@ def test_auto_picks_varlen_on_a_gpu_for_a_layer_without_dropout_or_alibi() -> No
     assert choose_backend("auto", needs, available_kernels(torch.device("cuda"))).backend == "varlen"
 
 
-def test_masked_sdpa_on_a_gpu_takes_the_memory_efficient_kernel_not_cudnn() -> None:
-    """SDPA over rows with a block-diagonal mask and dropout (BERT's layers without flash-attn): left to itself,
-    torch 2.11 on an H200 took cuDNN's attention, which planned every new shape, 209 ms a call on a fine-tune's
-    changing batches against 0.64 ms for the memory-efficient kernel (benchmarks/attention_dropout_paths.py)."""
+def test_masked_sdpa_on_a_gpu_takes_the_memory_efficient_kernel() -> None:
+    """SDPA over rows with a block-diagonal mask and dropout (BERT's layers without flash-attn): left to choose,
+    torch 2.11's SDPA on an H200 cost 209 ms a call on a fine-tune's changing batch shapes against 0.64 ms for
+    the memory-efficient kernel (benchmarks/attention_dropout_paths.py), so PackedAttention names that kernel."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from bertforge.models.attention import PackedAttention
