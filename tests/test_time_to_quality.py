@@ -36,7 +36,7 @@ from benchmarks.ttq.planning import (
     step_tokens,
     steps_filling,
 )
-from benchmarks.ttq.report import cells_of, reach_times, runs_by_cpu, time_to_reach
+from benchmarks.ttq.report import cells_of, reach_times, runs_by_cpu, time_to_reach, write_report
 from benchmarks.ttq.settings import CODE_FILE, DEFAULT_RECIPE, RunSpec, bertforge_config
 from benchmarks.ttq.store import ResultStore, RunKey
 
@@ -71,6 +71,25 @@ def test_the_target_is_b_at_its_largest_budget_and_each_arm_reaches_it_in_its_ea
     assert times["d"] == (pytest.approx(7.5), 10.0)
     assert times["b"] == (pytest.approx(40.0), 40.0)
     assert times["a"] is None
+
+
+def test_a_named_report_writes_its_three_files_and_leaves_another_corpus_report_alone(tmp_path: Path) -> None:
+    """`--report-name`: each corpus's study keeps its own report in benchmarks/results."""
+    other = tmp_path / "time_to_quality.md"
+    other.write_text("the debian-docs study", encoding="utf-8")
+    results = [run_result("b", 10.0, [(5.0, 0.05), (10.0, 0.07)]), run_result("d", 10.0, [(5.0, 0.1), (10.0, 0.17)])]
+    cells = cells_of(results)
+    target, _ = reach_times(cells)
+    written = write_report(tmp_path / "time_to_quality_tech_dictionaries", {"results": results}, "| table |", cells,
+                           target, "a title")
+    assert [path.name for path in written] == [f"time_to_quality_tech_dictionaries.{suffix}"
+                                               for suffix in ("md", "json", "png")]
+    assert written[0].read_text(encoding="utf-8") == "| table |"
+    assert json.loads(written[1].read_text(encoding="utf-8")) == {"results": results}
+    assert written[2].stat().st_size > 0
+    assert other.read_text(encoding="utf-8") == "the debian-docs study"
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [other.name, *(path.name for path in written)])
 
 
 def test_curves_are_averaged_over_seeds_point_by_point() -> None:

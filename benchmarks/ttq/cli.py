@@ -35,7 +35,7 @@ from benchmarks.ttq.inputs import (
     prepare_corpus,
     recipe_fingerprint,
 )
-from benchmarks.ttq.report import cells_of, plot_curves, reach_times, render
+from benchmarks.ttq.report import cells_of, reach_times, render, write_report
 from benchmarks.ttq.settings import (
     ARM_TITLES,
     ARMS,
@@ -87,10 +87,16 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--report-dir", default=None,
                         help="where the report goes (benchmarks/results; the work directory with --quick), e.g. "
                              "elsewhere for a screening run that must not replace the study's report")
+    parser.add_argument("--report-name", default="time_to_quality",
+                        help="the report's file name, without .md / .json / .png (time_to_quality); one per "
+                             "corpus keeps each study's report, e.g. time_to_quality_tech_dictionaries")
     parser.add_argument("--run-arm", default=None, help=argparse.SUPPRESS)  # internal: the child process
     arguments = parser.parse_args()
     if arguments.run_arm is not None:
         return arguments
+    if not arguments.report_name or Path(arguments.report_name).name != arguments.report_name:
+        parser.error(f"--report-name {arguments.report_name!r} must be a file name without a folder "
+                     "(--report-dir says where)")
     arguments.arms = [arm.strip() for arm in arguments.arms.split(",")]
     unknown = sorted(set(arguments.arms) - set(ARMS))
     if unknown:
@@ -241,8 +247,7 @@ def main() -> None:
     table = render(report, cells)
     print(table)
     destination = Path(arguments.report_dir) if arguments.report_dir else work if arguments.quick else RESULTS
-    write_atomically(destination / "time_to_quality.md", table)
-    write_atomically(destination / "time_to_quality.json", json.dumps(report, indent=1))
-    plot_curves(cells, target, f"Time to quality: {arguments.model}, {arguments.corpus} corpus, torch threads: "
-                f"{arguments.threads}", destination / "time_to_quality.png")
-    console.print(f"written to {destination / 'time_to_quality'}.md, .json and .png", soft_wrap=True)
+    written = write_report(destination / arguments.report_name, report, table, cells, target,
+                           f"Time to quality: {arguments.model}, {arguments.corpus} corpus, torch threads: "
+                           f"{arguments.threads}")
+    console.print(f"written to {', '.join(str(path) for path in written)}", soft_wrap=True)

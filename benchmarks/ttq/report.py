@@ -3,6 +3,7 @@ curves."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.mlm import SEQ_LEN, VOCAB_SIZE
+from benchmarks.common.reports import write_atomically
 from benchmarks.common.stats import mean_std
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS
 from benchmarks.ttq.downstream import dropout_text
@@ -149,6 +151,17 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
               "switches keyed to the step count, are sized by a timed calibration (see the script's docstring); a "
               "run that ends short of its budget ran out of planned steps."]
     return "\n".join(lines) + "\n"
+
+
+def write_report(stem: Path, report: dict[str, Any], table: str, cells: dict[tuple[str, float], Cell],
+                 target: float | None, title: str) -> list[Path]:
+    """The report as `stem`.md (the table), .json (every result) and .png (the curves); each file is replaced
+    whole or not at all, and no other file is touched."""
+    paths = [stem.with_name(stem.name + suffix) for suffix in (".md", ".json", ".png")]
+    write_atomically(paths[0], table)
+    write_atomically(paths[1], json.dumps(report, indent=1))
+    plot_curves(cells, target, title, paths[2])
+    return paths
 
 
 def plot_curves(cells: dict[tuple[str, float], Cell], target: float | None, title: str, path: Path) -> None:
