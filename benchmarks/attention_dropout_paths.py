@@ -2,7 +2,8 @@
 
 BERT-family checkpoints train with attention dropout (0.1). torch's `varlen_attn` has no dropout, so without the
 flash-attn package `auto` sends those layers to SDPA over rows with block-diagonal masks, which rules out SDPA's
-flash kernel; the first GPU check measured bertforge's bert-base step at 0.44x HF's there (docs/scaling.md). This
+flash kernel; the first GPU check measured bertforge's bert-base step at 0.44x HF's there, before the masked calls
+were kept to the memory-efficient kernel, and 0.98-1.08x after (docs/scaling.md). This
 times forward + backward of one attention call on packed sequences of unequal lengths, per path:
 
 - `rows+mask`: today's `sdpa` backend (`PackedAttention._sdpa`, with dropout);
@@ -129,7 +130,7 @@ def sdpa_backends_on_changing_shapes(device: torch.device, dtype: torch.dtype, b
                                      max_len: int, heads: int, head_dim: int) -> dict[str, object]:
     """SDPA over rows with block-diagonal masks and dropout, as `PackedAttention._sdpa` calls it, restricted to each
     of SDPA's backends in turn, on batches whose lengths (so shapes) change every call, as a fine-tune's do; and
-    the same batch repeated. A backend that plans per shape (cuDNN) pays that on every new batch."""
+    the same batch repeated. "default" is SDPA's own choice, timed first (after one warm-up call)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     generator = torch.Generator().manual_seed(2)
