@@ -109,7 +109,12 @@ GPU = AvailableKernels(torch_varlen=True, flash_attn=False, gpu_capability=(9, 0
      "SDPA with masks, because varlen_attn has no ALiBi bias, and the flash-attn package is not installed "
      "(pip install 'bertforge[flash]')"),
     (LayerNeeds("cuda", torch.bfloat16, 0.1, False, None, 64), AvailableKernels(True, True, (8, 0)), "flash",
-     "flash-attn, because varlen_attn has no attention dropout (model.attention_dropout > 0 while training)"),
+     "flash-attn, because varlen_attn has no attention dropout (model.attention_dropout > 0 while training; "
+     "set model.attention_dropout=0 to use it)"),
+    (LayerNeeds("cuda", torch.bfloat16, 0.1, False, None, 64), GPU, "sdpa",
+     "SDPA with masks, because varlen_attn has no attention dropout (model.attention_dropout > 0 while "
+     "training; set model.attention_dropout=0 to use it), and the flash-attn package is not installed "
+     "(pip install 'bertforge[flash]')"),
     (LayerNeeds("cuda", torch.float32, 0.0, False, None, 64), GPU, "sdpa",
      "SDPA with masks, because FlashAttention runs in bf16/fp16 only, the attention inputs are float32 (set "
      "train.precision=bf16), and the flash-attn package is not installed (pip install 'bertforge[flash]')"),

@@ -228,13 +228,12 @@ def torch_backend(model: nn.Module, output: Callable[[Any], Any] = lambda out: o
     """Eager PyTorch on the model's device: its forward on the batch's model inputs (plus the head's `extra`
     fields), and `output` of what it returns (e.g. the logits)."""
     from bertforge.batch import model_inputs
+    from bertforge.device import batch_on_device, model_device
 
-    device = next(model.parameters()).device
+    device = model_device(model)
 
     def forward(batch: Batch) -> Any:
-        inputs = {key: value.to(device) if isinstance(value, torch.Tensor) else value
-                  for key, value in model_inputs(batch, extra=extra).items()}
-        result = output(model(**inputs))
+        result = output(model(**batch_on_device(model_inputs(batch, extra=extra), device)))
         return result.cpu() if isinstance(result, torch.Tensor) else result
 
     return forward

@@ -105,7 +105,8 @@ def _varlen_problem(needs: LayerNeeds, kernels: AvailableKernels) -> str | None:
     if needs.bias:
         return "varlen_attn takes no additive attention bias (MPNet's relative position bias)"
     if needs.dropout_p > 0:
-        return "varlen_attn has no attention dropout (model.attention_dropout > 0 while training)"
+        return ("varlen_attn has no attention dropout (model.attention_dropout > 0 while training; "
+                "set model.attention_dropout=0 to use it)")
     return _flash_kernel_problem(needs, kernels)
 
 

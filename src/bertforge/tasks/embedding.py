@@ -32,6 +32,7 @@ from bertforge.batch import model_inputs
 from bertforge.console import log
 from bertforge.data.pairs import PairData, PairDataset, PairSplit, collate_pairs, load_pair_data
 from bertforge.data.validation_subset import final_splits_with_validation
+from bertforge.device import batch_on_device, model_device
 from bertforge.errors import BertforgeError
 from bertforge.locate import resolve_model
 from bertforge.tasks.contrastive import (
@@ -155,12 +156,12 @@ def pair_metrics(model: nn.Module, batches: Iterable[Batch], split: PairSplit, e
                  scale: float) -> dict[str, float]:
     """Retrieval metrics and the mean micro-batch MNRL (mnrl), or Pearson/Spearman/MSE of the cosine
     similarities against the scores (cosine), of the pairs in `batches` (the first rows of `split`, in order)."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     by_batch: list[list[torch.Tensor]] = []
     scores: list[torch.Tensor] = []
     for batch in batches:
-        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_inputs(batch).items()}
-        by_batch.append([role.float().cpu() for role in roles_of(model(**inputs), batch)])
+        outputs = model(**batch_on_device(model_inputs(batch), device))
+        by_batch.append([role.float().cpu() for role in roles_of(outputs, batch)])
         if "labels" in batch:
             scores.append(batch["labels"])
     return metrics_of_embeddings(by_batch, torch.cat(scores) if scores else None, split, embedding_loss, scale)

@@ -21,6 +21,7 @@ from torch import nn
 
 from bertforge.batch import model_inputs
 from bertforge.data.labeled import LabeledDataset, collate_unpadded
+from bertforge.device import batch_on_device, model_device
 from bertforge.errors import BertforgeError
 from bertforge.run_directory import evaluation_file_names
 from bertforge.tasks.metrics import (
@@ -46,10 +47,9 @@ def outputs_of(model: nn.Module, batches: Iterable[dict[str, Any]]) -> tuple[tor
     """Logits [examples, outputs] of a classifier over the batches, and the labels when the batches have them."""
     logits: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []
-    device = next(model.parameters()).device
+    device = model_device(model)
     for batch in batches:
-        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_inputs(batch).items()}
-        logits.append(model(**inputs).logits.float().cpu())
+        logits.append(model(**batch_on_device(model_inputs(batch), device)).logits.float().cpu())
         if "labels" in batch:
             labels.append(batch["labels"])
     return torch.cat(logits), (torch.cat(labels) if labels else None)

@@ -34,6 +34,7 @@ from bertforge.data.labeled import bert_tokenizer
 from bertforge.data.labels import _check_columns, _text
 from bertforge.data.records import Records, describe_value, read_records
 from bertforge.data.validation_subset import final_splits_with_validation
+from bertforge.device import batch_on_device, model_device
 from bertforge.errors import ConfigError, DataError
 from bertforge.locate import resolve_model
 from bertforge.models.config import EncoderConfig
@@ -345,12 +346,11 @@ class MultipleChoiceTask(FinetuneTask):
 @torch.no_grad()
 def choice_logits(model: nn.Module, batches: Iterable[Batch]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[questions, most choices] scores (-inf past a question's count), and the labels when batches have them."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     logits: list[torch.Tensor] = []
     labels: list[torch.Tensor] = []
     for batch in batches:
-        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                  for k, v in model_inputs(batch, extra=("choice_counts",)).items()}
+        inputs = batch_on_device(model_inputs(batch, extra=("choice_counts",)), device)
         logits.append(model(**inputs).logits.float().cpu())
         if "labels" in batch:
             labels.append(batch["labels"])

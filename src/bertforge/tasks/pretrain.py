@@ -22,11 +22,12 @@ from bertforge.data.pretraining_loader import PretrainingLoader, build_eval_load
 from bertforge.data.sampler import BatchGeometry
 from bertforge.data.shards import PretokenizedDataset
 from bertforge.data.tokenizer import load_tokenizer
+from bertforge.device import batch_on_device, model_device
 from bertforge.errors import ConfigError, DataError
 from bertforge.locate import resolve_model
 from bertforge.models import BertforgeForPreTraining, encoder_config_from_section, load_for_task
 from bertforge.tasks.mlm_plateau import PlateauWatch, UnigramGuess, unigram_accuracy, unigram_guess
-from bertforge.train.task import Batch, Task, TaskData, batch_on_device, model_device
+from bertforge.train.task import Batch, Task, TaskData
 
 if TYPE_CHECKING:
     from bertforge.train.checkpoint import TrainingState

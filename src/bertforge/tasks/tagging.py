@@ -25,6 +25,7 @@ from bertforge.console import console, log
 from bertforge.data.aligned import TaggedDataset, collate_tagged
 from bertforge.data.tagged import TaggedData, TaggedSplit, load_tagged_data
 from bertforge.data.validation_subset import final_splits_with_validation, rarest_entity_types
+from bertforge.device import batch_on_device, model_device
 from bertforge.locate import resolve_model
 from bertforge.tasks.entity_metrics import ENTITY_METRICS, entity_metrics, per_type_report, tag_sequences
 from bertforge.tasks.evaluation import EvaluationReport
@@ -137,14 +138,13 @@ class TokenClassificationTask(FinetuneTask):
 def predict_tags(model: nn.Module, batches: Iterable[Batch], tag_names: list[str]
                  ) -> tuple[list[list[str]], list[list[str]], float]:
     """Gold and predicted tags per sentence (words within max_length), and the mean loss per labeled word."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     predicted_ids: list[np.ndarray] = []
     gold_ids: list[np.ndarray] = []
     words: list[int] = []
     loss_sum, count = 0.0, 0
     for batch in batches:
-        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                  for k, v in model_inputs(batch, extra=("rows",)).items()}
+        inputs = batch_on_device(model_inputs(batch, extra=("rows",)), device)
         labels = batch["labels"].to(device)
         output = model(**inputs, labels=labels)
         predicted_ids.append(output.logits.argmax(dim=-1).cpu().numpy())

@@ -18,22 +18,12 @@ from torch import nn
 
 from bertforge.config import Config
 from bertforge.data.sampler import EpochPlan
+from bertforge.device import batch_on_device, model_device
 
 if TYPE_CHECKING:
     from bertforge.train.checkpoint import TrainingState
 
 Batch = dict[str, Any]
-
-
-def batch_on_device(batch: Batch, device: torch.device) -> Batch:
-    """The batch's tensors on `device` (the batch itself on the CPU, where they already are)."""
-    if device.type == "cpu":
-        return batch
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def model_device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 class ResumableLoader(Protocol):

@@ -27,6 +27,7 @@ from bertforge.config import Config, save_config
 from bertforge.console import log
 from bertforge.data.sampler import BatchGeometry, BatchRamp
 from bertforge.data.validation_subset import sample_rows
+from bertforge.device import batch_on_device
 from bertforge.directory_lock import DirectoryInUseError, DirectoryLock
 from bertforge.errors import BertforgeError, ConfigError, first_line
 from bertforge.models.serialization import DAMAGED_WEIGHTS_ERRORS
@@ -50,7 +51,7 @@ from bertforge.train.optim import (
 )
 from bertforge.train.precision import Precision, resolve_precision
 from bertforge.train.resume_config import check_resumed_config
-from bertforge.train.task import Batch, StepRunner, Task, TaskData, batch_on_device, saves_model_directories
+from bertforge.train.task import Batch, StepRunner, Task, TaskData, saves_model_directories
 
 
 @dataclass
