@@ -36,7 +36,15 @@ from benchmarks.ttq.planning import (
     step_tokens,
     steps_filling,
 )
-from benchmarks.ttq.report import cells_of, reach_times, runs_by_cpu, time_to_reach, write_report
+from benchmarks.ttq.report import (
+    against_b,
+    cells_of,
+    reach_times,
+    render_against_b,
+    runs_by_cpu,
+    time_to_reach,
+    write_report,
+)
 from benchmarks.ttq.settings import CODE_FILE, DEFAULT_RECIPE, RunSpec, bertforge_config
 from benchmarks.ttq.store import ResultStore, RunKey
 
@@ -71,6 +79,43 @@ def test_the_target_is_b_at_its_largest_budget_and_each_arm_reaches_it_in_its_ea
     assert times["d"] == (pytest.approx(7.5), 10.0)
     assert times["b"] == (pytest.approx(40.0), 40.0)
     assert times["a"] is None
+
+
+def with_downstream(result: dict[str, Any], supersense: list[float], manpages: list[float]) -> dict[str, Any]:
+    return {**result, "downstream": {"supersense": supersense, "manpages": manpages}}
+
+
+def test_each_arm_is_held_against_b_at_its_own_budget_with_intervals_over_fine_tunes_and_seed_means() -> None:
+    """Issue 40's cell: (b)'s accuracy at the same budget (not its largest) is the target, and a budget (b) did not
+    run has no row; the seed-mean interval needs 2+ seeds a side."""
+    results = [
+        with_downstream(run_result("b", 10.0, [(5.0, 0.04), (10.0, 0.10)], seed=1), [0.30, 0.32], [0.60, 0.62]),
+        with_downstream(run_result("b", 10.0, [(5.0, 0.05), (10.0, 0.14)], seed=2), [0.40, 0.42], [0.70, 0.72]),
+        with_downstream(run_result("d", 10.0, [(5.0, 0.10), (10.0, 0.20)], seed=1), [0.50, 0.52], [0.80, 0.82]),
+        with_downstream(run_result("d", 10.0, [(5.0, 0.14), (10.0, 0.22)], seed=2), [0.51, 0.53], [0.81, 0.79]),
+        with_downstream(run_result("b", 20.0, [(10.0, 0.15), (20.0, 0.30)], seed=1), [0.5], [0.8]),
+        with_downstream(run_result("d", 20.0, [(10.0, 0.25), (20.0, 0.35)], seed=1), [0.6], [0.9]),
+        with_downstream(run_result("d", 40.0, [(20.0, 0.4), (40.0, 0.5)], seed=1), [0.6], [0.9]),
+    ]
+    rows = against_b(cells_of(results))
+    assert [(row.budget_minutes, row.arm, row.seeds, row.b_seeds) for row in rows] == [(10.0, "d", 2, 2),
+                                                                                      (20.0, "d", 1, 1)]
+    ten, twenty = rows
+    assert ten.target == pytest.approx(0.12)  # (b)'s mean at 10 minutes
+    assert ten.minutes_to_target is not None and ten.first_export_minutes == 5.0
+    assert ten.minutes_to_target == pytest.approx(5.0)  # d's mean curve is at 0.12 at its first export
+    supersense = ten.downstream["supersense"]
+    assert supersense is not None and supersense.points == pytest.approx(100 * (0.515 - 0.36))
+    assert supersense.over_fine_tunes is not None and supersense.over_seed_means is not None
+    low, high = supersense.over_seed_means
+    assert low < supersense.points < high and high - low > 0
+    assert twenty.target == pytest.approx(0.30) and twenty.minutes_to_target == pytest.approx(15.0)
+    manpages = twenty.downstream["manpages"]
+    assert manpages is not None and manpages.points == pytest.approx(10.0)
+    assert manpages.over_fine_tunes is None and manpages.over_seed_means is None
+    table = "\n".join(render_against_b(rows))
+    assert "| 10 | (d) bertforge, budget recipe | 2 / 2 | 0.1200 | ≤ 5.00 | ≥ 2.00× |" in table
+    assert "| 20 | (d) bertforge, budget recipe | 1 / 1 | 0.3000 | 15.00 | 1.33× | +10.0, —; — | +10.0, —; — |" in table
 
 
 def test_a_named_report_writes_its_three_files_and_leaves_another_corpus_report_alone(tmp_path: Path) -> None:

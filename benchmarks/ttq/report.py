@@ -4,6 +4,7 @@ curves."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Any
 
 from benchmarks.common.mlm import SEQ_LEN, VOCAB_SIZE
 from benchmarks.common.reports import write_atomically
-from benchmarks.common.stats import mean_std
+from benchmarks.common.stats import mean_std, welch_interval
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS
 from benchmarks.ttq.downstream import dropout_text
 from benchmarks.ttq.settings import ARM_TITLES, ARMS, DEV_EVERY, DOWNSTREAM_TASKS
@@ -73,6 +74,91 @@ def reach_times(cells: dict[tuple[str, float], Cell]) -> tuple[float | None, dic
                    if (minutes := time_to_reach(cell.mean_curve(), target)) is not None]
         times[arm] = min(reached) if reached else None
     return target, times
+
+
+@dataclass(frozen=True)
+class Difference:
+    """An arm's downstream mean minus (b)'s at the same budget, in points, with Welch's 95% intervals: over every
+    fine-tune (which treats one model's fine-tunes as independent) and over the pre-training seeds' means (the
+    stricter one; None with fewer than 2 seeds on either side)."""
+
+    points: float
+    over_fine_tunes: tuple[float, float] | None
+    over_seed_means: tuple[float, float] | None
+
+    def text(self) -> str:
+        def interval(bounds: tuple[float, float] | None) -> str:
+            return f"[{bounds[0]:+.1f}, {bounds[1]:+.1f}]" if bounds else "—"
+        return f"{self.points:+.1f}, {interval(self.over_fine_tunes)}; {interval(self.over_seed_means)}"
+
+
+def difference(arm_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], task: str) -> Difference | None:
+    """`Difference` of one task's accuracy, None where either side has no fine-tunes of it."""
+    arm_values = [a for run in arm_runs for a in run["downstream"].get(task, [])]
+    b_values = [a for run in b_runs for a in run["downstream"].get(task, [])]
+    if not arm_values or not b_values:
+        return None
+
+    def bounds(a: list[float], b: list[float]) -> tuple[float, float] | None:
+        _, low, high = welch_interval(a, b)
+        return None if math.isnan(low) else (low, high)
+
+    seed_means = [[statistics.fmean(run["downstream"][task]) for run in runs if run["downstream"].get(task)]
+                  for runs in (arm_runs, b_runs)]
+    return Difference(100 * (statistics.fmean(arm_values) - statistics.fmean(b_values)),
+                      bounds(arm_values, b_values), bounds(*seed_means))
+
+
+@dataclass(frozen=True)
+class AgainstB:
+    """One arm against (b) at one budget: the study's cell."""
+
+    budget_minutes: float
+    arm: str
+    seeds: int
+    b_seeds: int
+    target: float  # (b)'s mean final validation MLM accuracy at this budget
+    minutes_to_target: float | None  # along the arm's mean curve at this budget; None if it never gets there
+    first_export_minutes: float  # a target reached at the first export is reached at most then
+    downstream: dict[str, Difference | None]
+
+
+def against_b(cells: dict[tuple[str, float], Cell]) -> list[AgainstB]:
+    """Each arm against (b) at every budget both ran: time to (b)'s MLM accuracy there, downstream differences."""
+    rows = []
+    for (arm, budget), cell in cells.items():
+        b_cell = cells.get(("b", budget))
+        if arm == "b" or b_cell is None:
+            continue
+        curve = cell.mean_curve()
+        rows.append(AgainstB(budget, arm, len(cell.runs), len(b_cell.runs),
+                             statistics.fmean(b_cell.finals("accuracy")),
+                             time_to_reach(curve, statistics.fmean(b_cell.finals("accuracy"))), curve[0][0],
+                             {task: difference(cell.runs, b_cell.runs, task) for task in DOWNSTREAM_TASKS}))
+    return sorted(rows, key=lambda row: (row.budget_minutes, row.arm))
+
+
+def render_against_b(rows: list[AgainstB]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "Each arm against (b) at the same budget: the minute its mean curve reaches (b)'s mean final MLM "
+             "accuracy in its run of that budget, and its downstream mean minus (b)'s in points with Welch's 95% "
+             "intervals, over the fine-tunes (one model's fine-tunes taken as independent) and over the pre-training "
+             "seeds' means (the stricter; — with fewer than 2 seeds a side):", "",
+             "| budget (min) | arm | seeds (arm / b) | (b)'s MLM accuracy | minutes to reach it | budget ÷ that | "
+             + " | ".join(f"{task} − (b): points, [fine-tunes]; [seed means]" for task in DOWNSTREAM_TASKS) + " |",
+             "|---:|---|---|---:|---:|---:|" + "---|" * len(DOWNSTREAM_TASKS)]
+    for row in rows:
+        if row.minutes_to_target is None:
+            reach, ratio = "not reached", "—"
+        else:
+            bound = "≤ " if row.minutes_to_target == row.first_export_minutes else ""
+            reach = f"{bound}{row.minutes_to_target:.2f}"
+            ratio = f"{'≥ ' if bound else ''}{row.budget_minutes / row.minutes_to_target:.2f}×"
+        differences = [row.downstream[task].text() if row.downstream[task] else "—" for task in DOWNSTREAM_TASKS]
+        lines.append(f"| {row.budget_minutes:g} | {ARM_TITLES[row.arm]} | {row.seeds} / {row.b_seeds} | "
+                     f"{row.target:.4f} | {reach} | {ratio} | " + " | ".join(differences) + " |")
+    return lines
 
 
 def runs_by_cpu(results: list[dict[str, Any]]) -> str:
@@ -146,6 +232,7 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
             first = cells[arm, budget].mean_curve()[0][0]
             bound = "≤ " if minutes == first else ""
             lines.append(f"| {ARM_TITLES[arm]} | {bound}{minutes:.2f} | {budget:g} min | {b_budget / minutes:.2f}× |")
+    lines += render_against_b(against_b(cells))
     lines += ["", f"MLM accuracy and loss: mean ± std over pre-training seeds {settings['seeds_present']}; downstream: "
               "over pre-training × fine-tuning seeds. Planned steps: HF's arms, and arm (d) where its recipe has "
               "switches keyed to the step count, are sized by a timed calibration (see the script's docstring); a "
