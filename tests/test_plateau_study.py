@@ -11,14 +11,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.common.mlm import EVAL_BATCH
-from benchmarks.ttq.plateau_scoring import (
-    VALIDATION_MASKS_GUESS,
-    check_validation_cap,
-    guess_record,
-    scored_validation,
-    unigram_baseline,
-)
+from benchmarks.common.mlm import EVAL_BATCH, guess_record, unigram_baseline
+from benchmarks.ttq.plateau_scoring import VALIDATION_MASKS_GUESS, check_validation_cap, scored_validation
 from benchmarks.ttq.plateau_seeds import arm_seed_record, render
 from benchmarks.ttq.settings import DEFAULT_RECIPE
 from benchmarks.ttq.step_cost import measure_step_costs

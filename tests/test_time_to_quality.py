@@ -40,6 +40,7 @@ from benchmarks.ttq.report import (
     against_b,
     cells_of,
     reach_times,
+    render,
     render_against_b,
     runs_by_cpu,
     time_to_reach,
@@ -116,6 +117,37 @@ def test_each_arm_is_held_against_b_at_its_own_budget_with_intervals_over_fine_t
     table = "\n".join(render_against_b(rows))
     assert "| 10 | (d) bertforge, budget recipe | 2 / 2 | 0.1200 | ≤ 5.00 | ≥ 2.00× |" in table
     assert "| 20 | (d) bertforge, budget recipe | 1 / 1 | 0.3000 | 15.00 | 1.33× | +10.0, —; — | +10.0, —; — |" in table
+
+
+def full_result(arm: str, seed: int, final_accuracy: float, supersense: list[float]) -> dict[str, Any]:
+    curve = [{"minutes": 5.0, "accuracy": 0.05, "loss": 7.0, "step": 100, "tokens": 400_000},
+             {"minutes": 10.0, "accuracy": final_accuracy, "loss": 6.0, "step": 200, "tokens": 800_000}]
+    return {"arm": arm, "budget_minutes": 10.0, "seed": seed, "curve": curve, "machine": {"cpu": "a CPU"},
+            "training": {"planned_steps": 200}, "downstream": {"supersense": supersense, "manpages": [0.8]},
+            "downstream_setting": {}, "task_text_mlm": {task: {"accuracy": 0.1} for task in ("supersense", "manpages")}}
+
+
+def test_the_report_counts_the_seeds_that_ended_on_the_plateau_against_the_unigram_baseline() -> None:
+    """Issue 40: the plateau decides the downstream figures, so each cell says how many of its seeds ended on it
+    (no more than 0.01 above always answering the training data's most frequent token, on the same masks)."""
+    results = [full_result("b", 1, 0.0600, [0.3]), full_result("b", 2, 0.0900, [0.5]),
+               full_result("d", 1, 0.1700, [0.5]), full_result("d", 2, 0.1650, [0.52])]
+    report = {
+        "command": "python benchmarks/time_to_quality.py", "results": results,
+        "machine": {"cpu": "a CPU", "cpu_count": 2, "torch": "2", "transformers": "5", "load_average_start": 0.1,
+                    "load_average_end": 0.2},
+        "settings": {"model": "bert-mini", "corpus": "tech-dictionaries", "threads": 2, "downstream_seeds": 1,
+                     "downstream_lrs": [1e-3], "downstream_dropouts": [None], "seeds_present": [1, 2],
+                     "downstream_rows": {"supersense": [8000, 2000], "manpages": [2999, 387]}},
+        "data": {"train_documents": 10, "train_tokens": 100, "validation_documents": 2, "validation_masked_tokens": 50,
+                 "manpages_rows": [2999, 387], "unigram_guess": {"token": "."}, "unigram_accuracy": 0.0526},
+    }
+    table = render(report, cells_of(results))
+    assert "most frequent maskable token ('.', as `bertforge pretrain` does) scores 0.0526" in table
+    main_table = next(part for part in table.split("\n\n") if "| on the plateau |" in part)
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in main_table.splitlines() if line.startswith("| (")}
+    assert rows["| (b) HF Trainer, tuned"][6] == "1 of 2"  # 0.0600 is within 0.01 of 0.0526; 0.0900 is not
+    assert rows["| (d) bertforge, budget recipe"][6] == "0 of 2"
 
 
 def test_a_named_report_writes_its_three_files_and_leaves_another_corpus_report_alone(tmp_path: Path) -> None:
@@ -234,6 +266,19 @@ def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_setti
     changed = settings | {"c": {"model": "bert-tiny"}}
     with pytest.raises(SystemExit, match="other settings \\(model"):
         store.pending(keys, changed.__getitem__)
+
+
+def test_a_recipe_is_the_same_set_up_at_another_path_and_another_one_with_other_content(tmp_path: Path) -> None:
+    """A study resumed from a checkout at another path (a fresh machine, a worktree) keeps arm (d)'s runs: the
+    recipe's content, not where the file lay, is part of the set-up."""
+    store = ResultStore(tmp_path / "results")
+    key = RunKey("d", 10.0, 1)
+    here = {"model": "bert-mini", "recipe": "/work/main/configs/pretrain/budget-cpu.yaml", "recipe_sha256": "abc"}
+    store.save(key, run_result("d", 10.0, [(10.0, 0.3)], seed=1) | {"settings": here})
+    elsewhere = here | {"recipe": "/home/someone/bertforge/configs/pretrain/budget-cpu.yaml"}
+    assert store.pending([key], lambda arm: elsewhere) == []
+    with pytest.raises(SystemExit, match="other settings \\(recipe_sha256"):
+        store.pending([key], lambda arm: elsewhere | {"recipe_sha256": "def"})
 
 
 def test_a_committed_report_seeds_the_store_so_a_study_resumes_on_another_machine(tmp_path: Path) -> None:

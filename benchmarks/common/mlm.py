@@ -4,7 +4,10 @@ scored by stock `transformers.BertForMaskedLM` on the same batches with the same
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bertforge.tasks.mlm_plateau import UnigramGuess
 
 SEQ_LEN = 128
 VOCAB_SIZE = 8192
@@ -60,3 +63,22 @@ def mlm_accuracy(model_dir: str, batches: list[dict[str, Any]], device: str) -> 
             masked += int(chosen.sum())
             loss_sum += float(torch.nn.functional.cross_entropy(logits[chosen], labels[chosen], reduction="sum"))
     return {"accuracy": correct / max(masked, 1), "loss": loss_sum / max(masked, 1), "masked_tokens": masked}
+
+
+def unigram_baseline(data_dir: Path, batches: list[dict[str, Any]]) -> tuple[UnigramGuess, float]:
+    """The product's unigram guess (`bertforge pretrain`'s: the training split's most frequent maskable token) and
+    its accuracy on `batches`' masked tokens (HF labels, -100 elsewhere), by the product's own functions."""
+    from bertforge.data.shards import PretokenizedDataset
+    from bertforge.data.tokenizer import load_tokenizer
+    from bertforge.tasks.mlm_plateau import unigram_accuracy, unigram_guess
+
+    train = PretokenizedDataset(data_dir, "train")
+    guess = unigram_guess(train, load_tokenizer(train.tokenizer_path))
+    masked = [{"masked_labels": batch["labels"][batch["labels"] != -100]} for batch in batches]
+    return guess, unigram_accuracy(masked, guess)
+
+
+def guess_record(guess: UnigramGuess) -> dict[str, Any]:
+    """What a report keeps of the guess, so that a reader knows which baseline its plateau figures used."""
+    return {"definition": "the training data's most frequent maskable token (bertforge.tasks.mlm_plateau)",
+            **guess.as_json()}

@@ -18,9 +18,11 @@ from benchmarks.common.mlm import (
     EVALUATION_SEED,
     SEQ_LEN,
     VOCAB_SIZE,
+    guess_record,
     line_validation_batches,
     mlm_accuracy,
     packed_validation_batches,
+    unigram_baseline,
 )
 from benchmarks.common.reports import machine_description, quiet_progress_bars, run_in_child, write_atomically
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS
@@ -52,7 +54,7 @@ from benchmarks.ttq.settings import (
     RESULTS,
     RunSpec,
 )
-from benchmarks.ttq.store import ResultStore, RunKey
+from benchmarks.ttq.store import ResultStore, RunKey, setup_of
 
 ENTRY = REPO / "benchmarks" / "time_to_quality.py"  # what a run's child process runs (`--run-arm`)
 
@@ -215,8 +217,9 @@ def main() -> None:
                   f"{len(pending)} to run")
     quiet_progress_bars()
     tokenizer_dir, data_dir, manifest = prepare_corpus(corpus, work)
+    validation = packed_validation_batches(data_dir, EVALUATION_SEED)
+    guess, baseline = unigram_baseline(data_dir, validation)  # the plateau's bar, on the masks every arm is scored on
     if pending:
-        validation = packed_validation_batches(data_dir, EVALUATION_SEED)
         task_texts = task_text_batches(tasks, tokenizer_dir)
         hf_data = group_texts_dataset(work, tokenizer_dir, corpus, manifest)
         for key in pending:
@@ -231,7 +234,8 @@ def main() -> None:
             store.save(key, {"arm": key.arm, "budget_minutes": key.budget_minutes, "seed": key.seed,
                              "settings": settings_for(key.arm), "machine": machine, "training": record} | quality)
     machine["load_average_end"] = os.getloadavg()[0]
-    results = [result for result in store.results() if result["settings"] == settings_for(result["arm"])]
+    results = [result for result in store.results()
+               if setup_of(result["settings"]) == setup_of(settings_for(result["arm"]))]
     cells = cells_of(results)
     train_split = manifest["splits"]["train"]
     report = {
@@ -240,7 +244,8 @@ def main() -> None:
         "data": {"train_documents": train_split["documents"], "train_tokens": train_split["tokens"],
                  "validation_documents": manifest["splits"]["validation"]["documents"],
                  "validation_masked_tokens": results[0]["curve"][-1]["masked_tokens"] if results else 0,
-                 "manpages_rows": common["downstream_rows"]["manpages"]},
+                 "manpages_rows": common["downstream_rows"]["manpages"],
+                 "unigram_guess": guess_record(guess), "unigram_accuracy": baseline},
         "results": results}
     target, times = reach_times(cells)
     report["time_to_quality"] = {"target_accuracy": target, "per_arm": times}

@@ -11,19 +11,23 @@ import math
 import statistics
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from benchmarks.common.features import feature_report
 from benchmarks.common.hf_arms import hf_masked_lm
-from benchmarks.common.mlm import EVAL_BATCH, EVALUATION_SEED, mlm_accuracy, packed_validation_batches
+from benchmarks.common.mlm import (
+    EVAL_BATCH,
+    EVALUATION_SEED,
+    guess_record,
+    mlm_accuracy,
+    packed_validation_batches,
+    unigram_baseline,
+)
 from benchmarks.common.reports import machine_description, write_atomically
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS, evenly_spaced, load_task
 from benchmarks.ttq.downstream import FineTuning, fine_tune_with, fine_tuning_grid
 from benchmarks.ttq.settings import RESULTS
 from benchmarks.ttq.step_matched import ARMS
-
-if TYPE_CHECKING:
-    from bertforge.tasks.mlm_plateau import UnigramGuess
 
 TITLES = {name: arm.title for name, arm in ARMS.items()} | {"untrained": "random initial weights (no pre-training)"}
 FEATURE_TEXTS = 512  # supersense training glosses, evenly spaced: the text the models are fine-tuned on
@@ -52,25 +56,6 @@ def check_validation_cap(result: dict[str, Any], samples: int | None, cached: Pa
         print(f"error: {cached} was scored with --validation-samples {result.get('validation_samples_cap')}, not "
               f"{samples}; pass that value, or remove the file to score the exports again", file=sys.stderr)
         raise SystemExit(2)
-
-
-def unigram_baseline(data_dir: Path, batches: list[dict[str, Any]]) -> tuple[UnigramGuess, float]:
-    """The product's unigram guess (`bertforge pretrain`'s: the training split's most frequent maskable token) and
-    its accuracy on `batches`' masked tokens (HF labels, -100 elsewhere), by the product's own functions."""
-    from bertforge.data.shards import PretokenizedDataset
-    from bertforge.data.tokenizer import load_tokenizer
-    from bertforge.tasks.mlm_plateau import unigram_accuracy, unigram_guess
-
-    train = PretokenizedDataset(data_dir, "train")
-    guess = unigram_guess(train, load_tokenizer(train.tokenizer_path))
-    masked = [{"masked_labels": batch["labels"][batch["labels"] != -100]} for batch in batches]
-    return guess, unigram_accuracy(masked, guess)
-
-
-def guess_record(guess: UnigramGuess) -> dict[str, Any]:
-    """What a report keeps of the guess, so that a reader knows which baseline its plateau figures used."""
-    return {"definition": "the training data's most frequent maskable token (bertforge.tasks.mlm_plateau)",
-            **guess.as_json()}
 
 
 def guess_description(report: dict[str, Any]) -> str:

@@ -164,10 +164,11 @@ def render(report: dict[str, Any]) -> str:
 
 
 def summarize_seeds(arguments: Any, work: Path, data_dir: Path) -> None:
+    from benchmarks.common.mlm import guess_record, unigram_baseline
     from benchmarks.common.reports import write_atomically
     from benchmarks.common.tasks import DOWNSTREAM_SEEDS
     from benchmarks.ttq.downstream import fine_tuning_grid
-    from benchmarks.ttq.plateau_scoring import guess_record, scored_validation, unigram_baseline
+    from benchmarks.ttq.plateau_scoring import scored_validation
     from benchmarks.ttq.settings import RESULTS
     from bertforge.tasks.mlm_plateau import PLATEAU_MARGIN
 

@@ -45,6 +45,12 @@ class Cell:
     def finals(self, metric: str) -> list[float]:
         return [run["curve"][-1][metric] for run in self.runs]
 
+    def on_plateau(self, unigram_accuracy: float) -> int:
+        """How many of the seeds ended on the MLM plateau: no more than `PLATEAU_MARGIN` above the unigram guess."""
+        from bertforge.tasks.mlm_plateau import PLATEAU_MARGIN
+
+        return sum(accuracy <= unigram_accuracy + PLATEAU_MARGIN for accuracy in self.finals("accuracy"))
+
     def mean_curve(self) -> list[tuple[float, float]]:
         """(minutes, accuracy) point by point, averaged over the seeds (their exports share the fractions)."""
         length = min(len(run["curve"]) for run in self.runs)
@@ -169,6 +175,8 @@ def runs_by_cpu(results: list[dict[str, Any]]) -> str:
 
 
 def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
+    from bertforge.tasks.mlm_plateau import PLATEAU_MARGIN
+
     settings, machine = report["settings"], report["machine"]
     data = report["data"]
     lines = [
@@ -189,10 +197,14 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         f"{', '.join(dropout_text(rate) for rate in settings['downstream_dropouts'])} that scored best on a dev split (every "
         f"{DEV_EVERY}th training row, fine-tuned on the rest, seed {DOWNSTREAM_SEEDS[0]}) per model and task; supersense "
         f"{settings['downstream_rows']['supersense'][0]:,} / {settings['downstream_rows']['supersense'][1]:,} and "
-        f"manpages {data['manpages_rows'][0]:,} / {data['manpages_rows'][1]:,} train / test rows", "",
-        "| arm | budget (min) | trained (min) | steps (planned) | tokens seen | MLM accuracy | MLM loss | "
+        f"manpages {data['manpages_rows'][0]:,} / {data['manpages_rows'][1]:,} train / test rows",
+        f"- Plateau: always answering the training data's most frequent maskable token "
+        f"({data['unigram_guess']['token']!r}, as `bertforge pretrain` does) scores {data['unigram_accuracy']:.4f} "
+        f"on the validation masks; a final MLM accuracy no more than {PLATEAU_MARGIN:g} above it is on the MLM plateau (column "
+        "'on the plateau': how many of the cell's seeds)", "",
+        "| arm | budget (min) | trained (min) | steps (planned) | tokens seen | MLM accuracy | on the plateau | MLM loss | "
         "supersense accuracy (%) | manpages accuracy (%) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (arm, budget), cell in cells.items():
         runs = cell.runs
         finals = [run["curve"][-1] for run in runs]
@@ -206,7 +218,7 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         lines.append(
             f"| {ARM_TITLES[arm]} | {budget:g} | {statistics.fmean(p['minutes'] for p in finals):.2f} | {steps} | "
             f"{statistics.fmean(p['tokens'] for p in finals):,.0f} | {mean_std(cell.finals('accuracy'))} | "
-            f"{mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)}{at['supersense']} | "
+            f"{cell.on_plateau(data['unigram_accuracy'])} of {len(runs)} | {mean_std(cell.finals('loss'), digits=3)} | {mean_std(downstream['supersense'], 100, 2)}{at['supersense']} | "
             f"{mean_std(downstream['manpages'], 100, 2)}{at['manpages']} |")
     lines += ["", "MLM accuracy of each final model on the downstream tasks' test texts (15% masked once, the same masks "
               "for every arm): whether the pre-training corpus covers the text a task is about.", "",

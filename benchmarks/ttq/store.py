@@ -20,6 +20,16 @@ class RunKey(NamedTuple):
         return f"{self.arm}-{self.budget_minutes:g}min-seed{self.seed}"
 
 
+# Where arm (d)'s recipe file lay is not part of a run's set-up; its content (`recipe_sha256`) is. A study resumed
+# from a checkout at another path (a fresh machine, a git worktree) keeps its runs.
+NOT_SETUP = ("recipe",)
+
+
+def setup_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings that define what a run measured: two runs with the same set-up belong to one study."""
+    return {key: value for key, value in settings.items() if key not in NOT_SETUP}
+
+
 class ResultStore:
     """One JSON file per run (arm, budget, pre-training seed), written atomically once the run is scored.
 
@@ -38,7 +48,7 @@ class ResultStore:
         path = self.path(key)
         if not path.is_file():
             return False
-        stored = json.loads(path.read_text(encoding="utf-8"))["settings"]
+        stored, settings = setup_of(json.loads(path.read_text(encoding="utf-8"))["settings"]), setup_of(settings)
         if stored != settings:
             differing = sorted(k for k in stored.keys() | settings.keys() if stored.get(k) != settings.get(k))
             raise SystemExit(f"error: {path} was measured with other settings ({', '.join(differing)}: "
