@@ -111,8 +111,8 @@ def difference(arm_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], tas
 
     seed_means = [[statistics.fmean(run["downstream"][task]) for run in runs if run["downstream"].get(task)]
                   for runs in (arm_runs, b_runs)]
-    return Difference(100 * (statistics.fmean(arm_values) - statistics.fmean(b_values)),
-                      bounds(arm_values, b_values), bounds(*seed_means))
+    points, _, _ = welch_interval(arm_values, b_values)
+    return Difference(points, bounds(arm_values, b_values), bounds(*seed_means))
 
 
 @dataclass(frozen=True)
@@ -136,11 +136,9 @@ def against_b(cells: dict[tuple[str, float], Cell]) -> list[AgainstB]:
         b_cell = cells.get(("b", budget))
         if arm == "b" or b_cell is None:
             continue
-        curve = cell.mean_curve()
-        rows.append(AgainstB(budget, arm, len(cell.runs), len(b_cell.runs),
-                             statistics.fmean(b_cell.finals("accuracy")),
-                             time_to_reach(curve, statistics.fmean(b_cell.finals("accuracy"))), curve[0][0],
-                             {task: difference(cell.runs, b_cell.runs, task) for task in DOWNSTREAM_TASKS}))
+        curve, target = cell.mean_curve(), statistics.fmean(b_cell.finals("accuracy"))
+        rows.append(AgainstB(budget, arm, len(cell.runs), len(b_cell.runs), target, time_to_reach(curve, target),
+                             curve[0][0], {task: difference(cell.runs, b_cell.runs, task) for task in DOWNSTREAM_TASKS}))
     return sorted(rows, key=lambda row: (row.budget_minutes, row.arm))
 
 
