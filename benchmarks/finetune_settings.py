@@ -46,6 +46,8 @@ def main() -> None:
     parser.add_argument("--dropouts", type=numbers, default=[0.1], help="fine-tuning dropout rates (comma-separated)")
     parser.add_argument("--lrs", type=numbers, default=[1e-3], help="fine-tuning learning rates (comma-separated; "
                         "the recipe's is 1e-3)")
+    parser.add_argument("--pooling", default=None, help="model.pooling of the fine-tunes (pooler, cls, mean; the "
+                        "model's own by default: BERT's tanh pooler on [CLS])")
     parser.add_argument("--tasks", default=",".join(DOWNSTREAM_TASKS), help="comma-separated")
     parser.add_argument("--seeds", type=int, default=5, help=f"fine-tuning seeds per task and setting "
                         f"(at most {len(DOWNSTREAM_SEEDS)})")
@@ -63,16 +65,19 @@ def main() -> None:
     work = Path(arguments.work_dir).resolve()
     quiet_progress_bars()
     tasks = [task for task in downstream_tasks(DOWNSTREAM_ROWS) if task.name in names]
-    grid = [(rate, lr, f"dropout {rate:g}, lr {lr:g}") for rate, lr in itertools.product(arguments.dropouts, arguments.lrs)]
+    pooled = "" if arguments.pooling is None else f", pooling {arguments.pooling}"
+    grid = [(rate, lr, f"dropout {rate:g}, lr {lr:g}{pooled}") for rate, lr in itertools.product(arguments.dropouts, arguments.lrs)]
     settings = [setting for _, _, setting in grid]
     results: dict[str, dict[str, list[float]]] = {task.name: {} for task in tasks}
     for rate, lr, setting in grid:
         overrides = FineTuning(lr, rate).overrides  # the benchmark's own lr and dropout overrides
+        pooling = () if arguments.pooling is None else (f"model.pooling={arguments.pooling}",)
+        name = f"dropout{rate:g}-lr{lr:g}" + ("" if arguments.pooling is None else f"-{arguments.pooling}")
         for task in tasks:
             scores = results[task.name].setdefault(setting, [])
             for seed in seeds:
-                scores.append(fine_tune_accuracy(str(model), task, f"dropout{rate:g}-lr{lr:g}", seed, work,
-                                                     arguments.threads, overrides))
+                scores.append(fine_tune_accuracy(str(model), task, name, seed, work, arguments.threads,
+                                                 (*overrides, *pooling)))
                 print(f"{task.name} {setting} seed {seed}: {scores[-1]:.4f}", flush=True)
     lines = [f"# Fine-tuning settings on {model}", "", f"Command: `{shlex.join(['python', *sys.argv])}`; "
              f"fine-tuning seeds {list(seeds)}; test accuracy (%), mean ± std over the seeds", "",

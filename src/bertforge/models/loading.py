@@ -70,9 +70,15 @@ def load_for_task(model_dir: str | Path, task: str, *, config_overrides: dict[st
     initialised from the model directory `model_dir`. `head_options` are the head's: `num_labels`/`label_names`
     size a classifier's head, `problem_type` (sequence classification), `nsp` (pre-training), `normalize`
     (embeddings); a head ignores the others."""
-    model_class = model_for_head(task)
     path = Path(model_dir)
-    source = load_model_directory(path)
+    return adapt_for_task(load_model_directory(path), path, task, config_overrides=config_overrides, **head_options)
+
+
+def adapt_for_task(source: BertforgeAny, path: Path, task: str, *, config_overrides: dict[str, object] | None = None,
+                   **head_options: object) -> BertforgeAny:
+    """`load_for_task` for a model already loaded from `path` (`load_model_directory`): a caller that looks at what
+    the checkpoint holds before adapting it (whether it carries a trained pooler) reads it once."""
+    model_class = model_for_head(task)
     overrides = model_class.source_overrides(source, path, dict(config_overrides or {}))
     config = _with_overrides(source.config, overrides, str(path))
     target = model_class.for_head(config, source_pooler=source.pooler_module() is not None, **head_options)
