@@ -6,7 +6,7 @@ model directories, such as the final models of `time_to_quality.py`'s cells, so 
 its neighbours can be set beside them. Each model is read on the same 512 supersense training glosses (evenly spaced,
 as `dropout_plateau.py` does: the text the models are fine-tuned on), with its own tokenizer. Per model: the last
 layer's token-state norm, common share and effective rank, the mean attention entropy of the last layer against the
-uniform one, and the [CLS] and mean-pooled states' mean cosine and effective rank; plus the largest weight norm of the
+uniform one, and the [CLS] and mean-pooled states' mean cosine and effective rank; plus the largest spectral norm of the
 attention's query and key projections (how sharp attention can get), from the weights themselves.
 
     python benchmarks/model_features.py --report-name model_features_tech_dictionaries_20min \
