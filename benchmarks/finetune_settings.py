@@ -69,9 +69,9 @@ def main() -> None:
     grid = [(rate, lr, f"dropout {rate:g}, lr {lr:g}{pooled}") for rate, lr in itertools.product(arguments.dropouts, arguments.lrs)]
     settings = [setting for _, _, setting in grid]
     results: dict[str, dict[str, list[float]]] = {task.name: {} for task in tasks}
+    pooling = () if arguments.pooling is None else (f"model.pooling={arguments.pooling}",)
     for rate, lr, setting in grid:
         overrides = FineTuning(lr, rate).overrides  # the benchmark's own lr and dropout overrides
-        pooling = () if arguments.pooling is None else (f"model.pooling={arguments.pooling}",)
         name = f"dropout{rate:g}-lr{lr:g}" + ("" if arguments.pooling is None else f"-{arguments.pooling}")
         for task in tasks:
             scores = results[task.name].setdefault(setting, [])
