@@ -45,7 +45,7 @@ def labelled_model(text: str) -> tuple[str, Path]:
     return label, path
 
 
-def query_key_norms(model_dir: Path) -> float:
+def largest_query_key_norm(model_dir: Path) -> float:
     """The largest spectral norm over the layers' query and key weight matrices: the product of a query's and a
     key's bounds the attention logits, so it says how far from uniform attention can be pushed."""
     import torch
@@ -78,7 +78,7 @@ def main() -> None:
     for label, directory in arguments.model:
         report = feature_report(str(directory), texts)
         results[label] = {"model_dir": str(directory), "features": report,
-                          "query_key_spectral_norm_max": query_key_norms(directory)}
+                          "query_key_spectral_norm_max": largest_query_key_norm(directory)}
         rows.append(summary_row(label, report, results[label]["query_key_spectral_norm_max"]))
         print(rows[-1], flush=True)
     lines = [f"# Features of finished models on {len(texts)} supersense glosses", "", f"Command: `{command}`", "",
