@@ -74,13 +74,17 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     built = {"classification": BertforgeForSequenceClassification(minilm_sized_config(), 3, "classification",
                                                                   ["noun.act", "noun.animal", "verb.motion"]),
              "tagging": BertforgeForTokenClassification(minilm_sized_config(), 3, ["O", "B-X", "I-X"]),
+             **{f"classification-{pooling}": BertforgeForSequenceClassification(
+                 minilm_sized_config(pooling=pooling), 3, "classification") for pooling in ("mean", "last")},
              "choice": BertforgeForMultipleChoice(minilm_sized_config()),
              "cls": BertforgeForEmbedding(minilm_sized_config(pooling="cls"), normalize=True)}
     return {name: save_bertforge_model(model.eval(), root / name, minilm_dir()) for name, model in built.items()}
 
 
-def test_onnx_logits_equal_torchs_for_texts_and_pairs(models: dict[str, Path], texts: list[str]) -> None:
-    loaded = load_model(models["classification"])
+@pytest.mark.parametrize("name", ["classification", "classification-mean", "classification-last"])
+def test_onnx_logits_equal_torchs_for_texts_and_pairs(models: dict[str, Path], texts: list[str], name: str) -> None:
+    """BERT's pooler (a stock class), and the mean and last-token poolings (the stock encoder with our head)."""
+    loaded = load_model(models[name])
     split = LabeledSplit.unlabeled("texts", texts)
     ours, truncated = classifier_logits(loaded, split, TORCH)
     onnx, onnx_truncated = classifier_logits(loaded, split, ONNX)

@@ -20,6 +20,7 @@ from bertforge.errors import BertforgeError
 from bertforge.export import export_model
 from bertforge.inference import load_model
 from bertforge.models import BertforgeForPreTraining, EncoderConfig, save_bertforge_model
+from bertforge.models.classification import BertforgeForSequenceClassification
 from bertforge.tasks.classify import prediction_rows
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -92,6 +93,29 @@ def test_onnx_export_of_a_masked_language_model_is_checked_token_by_token(tmp_pa
     summary = export_model(tmp_path / "mlm", tmp_path / "onnx", "onnx")
     assert summary.format == "onnx" and summary.max_abs_difference < 1e-4
     assert json.loads((tmp_path / "onnx" / "onnx_inputs.json").read_text())["output"] == "logits"
+
+
+def test_a_mean_pooling_classifier_exports_to_onnx_with_its_head_and_label_names(tmp_path: Path) -> None:
+    """No stock class holds BERT with mean pooling: `hf` writes bertforge's format, `onnx` the stock encoder with
+    our head in one graph, whose logits are ours on padded text (the mean over the real tokens only)."""
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    config = EncoderConfig(vocab_size=30528, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                           pooling="mean", initializer_range=0.2)
+    model = BertforgeForSequenceClassification(config, 3, "classification", ["noun.act", "noun.animal", "verb.motion"])
+    save_bertforge_model(model.eval(), tmp_path / "mean", minilm_dir())
+    assert export_model(tmp_path / "mean", tmp_path / "hf").format == "bertforge"
+    summary = export_model(tmp_path / "mean", tmp_path / "onnx", "onnx")
+    assert summary.format == "onnx" and summary.max_abs_difference < 1e-4
+    assert "BertModel with bertforge's mean-pooling head" in summary.message
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    batch = padded_batch(TEXTS)  # texts of different lengths: the shorter ones padded
+    inputs = json.loads((tmp_path / "onnx" / "onnx_inputs.json").read_text())["inputs"]
+    logits = session.run(None, {name: batch[name].numpy() for name in inputs})[0]
+    with torch.no_grad():
+        ours = model(**batch).logits.numpy()
+    assert logits.shape == (3, 3) and np.abs(logits - ours).max() < 1e-4
+    assert json.loads((tmp_path / "onnx" / "config.json").read_text())["id2label"]["1"] == "noun.animal"
 
 
 def test_architectures_without_a_stock_class_export_in_bertforge_format_but_not_to_onnx(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ depends on the values of `cu_seqlens` (a tracer would bake in one batch's bounda
 runtimes and servers expect padded inputs anyway. `torch.onnx.export(dynamo=True)` writes the
 graph with dynamic batch and length; the result is then run with onnxruntime on a batch of other
 shapes and compared with our PyTorch model's outputs on the real tokens — the export is kept only
-if they agree within `atol`.
+if they agree within `atol`. A classifier whose head has no stock class (a BERT with `model.pooling`
+`cls`, `mean` or `last`) is exported as the stock encoder with our head on its padded states, in one
+graph: the logits come out of `model.onnx` as from any other classifier's.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -204,6 +207,39 @@ class _PaddedOutput(nn.Module):
         return getattr(self.hf_model(input_ids=input_ids, attention_mask=attention_mask, **extra), self.output)
 
 
+class _StockEncoderWithOurHead(nn.Module):
+    """A classifier whose pooling no stock `*ForSequenceClassification` has: the stock encoder, then our head
+    (`SequenceHead.from_pooled`) on its states pooled over the real tokens (`pool_padded`)."""
+
+    def __init__(self, hf_encoder: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.hf_encoder, self.head = hf_encoder, head
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        from bertforge.models.heads import pool_padded
+
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        hidden = self.hf_encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        return self.head.from_pooled(pool_padded(hidden, attention_mask, self.head.pooling))
+
+
+def _padded_graph(model: nn.Module, special_tokens: dict[str, int]) -> tuple[nn.Module, Any, str]:
+    """What `model.onnx` computes on padded inputs, the Hugging Face config written beside it, and what the graph
+    is, in words: the equivalent stock model, or for a classifier without one the stock encoder with our head."""
+    from bertforge.models.classification import BertforgeForSequenceClassification
+    from bertforge.models.hf import hf_class_name, to_hf_model
+
+    if (type(model) is BertforgeForSequenceClassification and hf_class_name(model)[0] is None
+            and hf_class_name(model.encoder)[0] is not None):
+        hf_encoder = to_hf_model(model.encoder, special_tokens).eval()
+        hf_encoder.config.update(model.hf_config_extras())  # the label names, as a stock classifier's config has them
+        return (_StockEncoderWithOurHead(hf_encoder, model.head).eval(), hf_encoder.config,
+                f"{type(hf_encoder).__name__} with bertforge's {model.config.pooling}-pooling head")
+    hf_model = to_hf_model(model, special_tokens).eval()  # raises where no stock class holds the model
+    return _PaddedOutput(hf_model, _output_name(model)).eval(), hf_model.config, type(hf_model).__name__
+
+
 def _output_name(model: nn.Module) -> str:
     """The stock model's output field that holds what ours returns (each model class names it)."""
     return model.output_name  # type: ignore[return-value]
@@ -245,14 +281,12 @@ def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) ->
     _require_onnx()
     import onnxruntime
 
-    from bertforge.models.hf import to_hf_model
     from bertforge.models.serialization import copy_tokenizer_files, write_directory_atomically
     from bertforge.special_tokens import special_token_ids
 
     model = loaded.model.eval()
-    hf_model = to_hf_model(model, special_token_ids(loaded.tokenizer_dir)).eval()
+    wrapper, hf_config, graph_name = _padded_graph(model, special_token_ids(loaded.tokenizer_dir))
     output = _output_name(model)
-    wrapper = _PaddedOutput(hf_model, output).eval()
     uses_token_types = model.config.type_vocab_size > 0
     inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if uses_token_types else [])
     trace_batch = _padded_batch(loaded, CHECK_TEXTS[:2], None)
@@ -260,7 +294,7 @@ def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) ->
     batch_dim, length_dim = torch.export.Dim("batch"), torch.export.Dim("length")
     dynamic = {name: {0: batch_dim, 1: length_dim} for name in inputs}
     # graphs over 2 GB must keep their weights in a side file; smaller ones ship as one file
-    external = sum(p.numel() * p.element_size() for p in hf_model.parameters()) > ONNX_SINGLE_FILE_LIMIT
+    external = sum(p.numel() * p.element_size() for p in wrapper.parameters()) > ONNX_SINGLE_FILE_LIMIT
     summary: dict[str, float] = {}
 
     def write(staging: Path) -> None:
@@ -279,14 +313,14 @@ def export_onnx(loaded: LoadedModel, out_dir: str | Path, atol: float = 1e-4) ->
             raise RuntimeError(f"the ONNX graph disagrees with the PyTorch model by {difference:.2e} (> {atol}); "
                                "please report this with the model's config")
         summary["difference"] = difference
-        hf_model.config.save_pretrained(str(staging))
+        hf_config.save_pretrained(str(staging))
         if loaded.tokenizer_dir is not None:
             copy_tokenizer_files(loaded.tokenizer_dir, staging)
         (staging / "onnx_inputs.json").write_text(json.dumps({"inputs": inputs, "output": output,
                                                               "opset": ONNX_OPSET}, indent=2) + "\n", encoding="utf-8")
 
     directory = write_directory_atomically(Path(out_dir), write)
-    message = (f"exported {type(hf_model).__name__} to {directory / ONNX_FILE} (inputs {', '.join(inputs)} "
+    message = (f"exported {graph_name} to {directory / ONNX_FILE} (inputs {', '.join(inputs)} "
                f"[batch, length]; output {output}); onnxruntime matches PyTorch within {summary['difference']:.1e}")
     log.info(message)
     return ExportSummary(directory, "onnx", message, summary["difference"])

@@ -96,6 +96,18 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, pooling: str) -> torch.
     return mean_per_sequence(hidden, cu_seqlens) if pooling == "mean" else hidden
 
 
+def pool_padded(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """`pool` on a padded [rows, length, hidden] layout, `attention_mask` [rows, length] marking the real tokens:
+    what an exported graph computes, since ONNX runtimes feed padded inputs (`bertforge.export`)."""
+    if pooling == "mean":
+        weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+    if pooling == "last":
+        last = attention_mask.long().sum(dim=1).clamp(min=1) - 1
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    return hidden[:, 0]  # [CLS]: the pooler's and `cls` pooling's row
+
+
 class SequenceHead(nn.Module):
     """pooler: BERT's tanh pooler on [CLS] (as HF `BertForSequenceClassification`, and RoBERTa's
     classifier.dense); relu_pooler: dense+ReLU on [CLS] (DistilBERT's pre_classifier); gelu_pooler: dense+GELU
@@ -129,7 +141,10 @@ class SequenceHead(nn.Module):
     def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
         """Logits from the states of `input_rows`: every token's [tokens, hidden] for mean pooling, else
         one state per sequence [sequences, hidden]."""
-        pooled = pool(hidden, cu_seqlens, self.pooling)
+        return self.from_pooled(pool(hidden, cu_seqlens, self.pooling))
+
+    def from_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits from the pooled [sequences, hidden] vectors (`pool`, or `pool_padded` in an exported graph)."""
         for first_dropout in (self.pooler_dropout, self.input_dropout):
             if first_dropout is not None:
                 pooled = first_dropout(pooled)
