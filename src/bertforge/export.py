@@ -41,6 +41,7 @@ from bertforge.console import log
 from bertforge.errors import BertforgeError
 from bertforge.inference import LoadedModel, load_model
 from bertforge.locate import resolve_model_path
+from bertforge.models.heads import pool_padded
 from bertforge.models.serialization import CONFIG_NAME, TOKENIZER_FILES
 from bertforge.output_guard import LEDGER_NAME, claim_directory, process_is_gone, record_outputs
 from bertforge.storage import cache_root, filesystem, is_remote, with_retries
@@ -217,8 +218,6 @@ class _StockEncoderWithOurHead(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        from bertforge.models.heads import pool_padded
-
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         hidden = self.hf_encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
         return self.head.from_pooled(pool_padded(hidden, attention_mask, self.head.pooling))
