@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from bertforge.models.heads import pool_padded
+
 
 def effective_rank(states: torch.Tensor) -> float:
     """exp(entropy of the normalised singular values) of `states` [rows, dims], centred on their mean."""
@@ -97,7 +99,7 @@ def feature_report(model_dir: str, texts: list[str], tokenizer_dir: str | None =
             uniform.append((uniform_entropy(mask), queries))
             last = output.hidden_states[-1]
             cls.append(last[:, 0])
-            pooled.append((last * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True))
+            pooled.append(pool_padded(last, mask, "mean"))
 
     def weighted(values: list[tuple[float, int]]) -> float:
         return sum(value * count for value, count in values) / sum(count for _, count in values)
