@@ -97,8 +97,10 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, pooling: str) -> torch.
 
 
 def pool_padded(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """`pool` on a padded [rows, length, hidden] layout, `attention_mask` [rows, length] marking the real tokens:
-    what an exported graph computes, since ONNX runtimes feed padded inputs (`bertforge.export`)."""
+    """`pool` on a right-padded [rows, length, hidden] layout, `attention_mask` [rows, length] marking the real
+    tokens: what an exported graph computes, since ONNX runtimes feed padded inputs (`bertforge.export`). Right
+    padding, as `collate_padded` and BERT tokenizers pad, puts [CLS] in column 0 and the last real token at the
+    mask's count - 1; a left-padded batch would pool the wrong rows for `cls` and `last`."""
     if pooling == "mean":
         weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
         return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
