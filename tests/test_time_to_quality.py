@@ -23,6 +23,7 @@ from benchmarks.ttq.downstream import (
     best_setting,
     code_fingerprint,
     dev_split,
+    fine_tune_accuracy,
     fine_tuning_grid,
     finished_fine_tune,
 )
@@ -48,6 +49,8 @@ from benchmarks.ttq.report import (
 )
 from benchmarks.ttq.settings import CODE_FILE, DEFAULT_RECIPE, RunSpec, bertforge_config
 from benchmarks.ttq.store import ResultStore, RunKey
+from tests.helpers.docs_workspace import supersense_rows
+from tests.helpers.finetuning import minilm_dir
 
 
 def run_result(arm: str, budget: float, curve: list[tuple[float, float]], seed: int = 42) -> dict[str, Any]:
@@ -228,6 +231,23 @@ def test_a_finished_fine_tune_is_reused_only_with_the_same_config_and_code_after
     assert not finished_fine_tune(run_dir, other, model_dir)
     os.utime(model_dir / "model.safetensors", (time.time() + 60, time.time() + 60))  # the model was written again
     assert not finished_fine_tune(run_dir, config, model_dir)
+
+
+def test_a_scored_fine_tune_keeps_its_scores_not_its_weights_and_is_read_back_without_them(tmp_path: Path) -> None:
+    train, test = supersense_rows("train", 32), supersense_rows("test", 16)
+    task = TaskData("glosses", "classification", train, test, sorted({row["label"] for row in train + test}), False)
+
+    def score() -> float:  # one epoch of real all-MiniLM-L6-v2 on 32 glosses
+        return fine_tune_accuracy(str(minilm_dir()), task, "minilm", 17, tmp_path, 1,
+                                  ("train.max_epochs=1", "log.plots=false"))
+
+    accuracy = score()
+    run_dir = tmp_path / "downstream" / "minilm-glosses-ft17"
+    kept = {path.name for path in run_dir.iterdir()}
+    assert {"test_results.json", "config.yaml", CODE_FILE} <= kept and not kept & {"checkpoints", "final"}
+    scored_at = (run_dir / "test_results.json").stat().st_mtime_ns
+    assert score() == accuracy
+    assert (run_dir / "test_results.json").stat().st_mtime_ns == scored_at  # read back, not fine-tuned again
 
 
 def test_the_mixed_corpus_takes_every_kth_large_document_and_spreads_both_parts_through_the_file(
