@@ -70,10 +70,10 @@ average). Quality:
   other tenth; the BERT paper's per-model choice: one lr for all arms favoured the barely trained
   models, and supersense fine-tunes better without dropout); a fine-tune that already finished with
   the same config, model and code is read back, not re-run (its scores are kept, its weights deleted:
-  a bert-mini fine-tune's checkpoint and export take ~85 MB, 18 per pre-training run). The tasks: the bundled supersense task
-  (8,000 train / 2,000 test glosses, as `pretrain_vs_hf.py`) and `manpages` (all 2,998 train / 387
-  test rows: a man page's DESCRIPTION -> its manual section, 6 classes). manpages because it is
-  technical prose like the debian-docs corpus yet kept out of it by
+  a bert-mini fine-tune's checkpoint and export take ~85 MB, 18 per pre-training run). The tasks: the
+  bundled supersense task (8,000 train / 2,000 test glosses, as `pretrain_vs_hf.py`) and `manpages`
+  (all 2,998 train / 387 test rows: a man page's DESCRIPTION -> its manual section, 6 classes).
+  manpages because it is technical prose like the debian-docs corpus yet kept out of it by
   `scripts/build_pretraining_corpus.py`, and it asks for another skill than glosses (what kind of
   thing a text documents), while staying small enough to fine-tune in a minute.
 - MLM accuracy of each final model on each downstream task's test texts (masked once, as above): a
