@@ -305,13 +305,14 @@ def test_a_committed_report_seeds_the_store_so_a_study_resumes_on_another_machin
     settings = {"model": "bert-mini"}
     done = [run_result("b", 10.0, [(10.0, 0.2)], seed=1) | {"settings": settings, "machine": {"cpu": "Xeon"}},
             run_result("d", 10.0, [(10.0, 0.3)], seed=1) | {"settings": settings, "machine": {"cpu": "EPYC"}}]
+    data = {"train_documents": 32337, "train_tokens": 31819248, "validation_documents": 660}
     report = tmp_path / "time_to_quality.json"
-    report.write_text(json.dumps({"results": done}), encoding="utf-8")
+    report.write_text(json.dumps({"data": data | {"unigram_accuracy": 0.06}, "results": done}), encoding="utf-8")
     store = ResultStore(tmp_path / "results")
     kept = run_result("d", 10.0, [(10.0, 0.9)], seed=1) | {"settings": settings, "machine": {"cpu": "EPYC"}}
     store.save(RunKey("d", 10.0, 1), kept)
 
-    assert store.import_report(report) == [RunKey("b", 10.0, 1)]
+    assert store.import_report(report, data) == [RunKey("b", 10.0, 1)]
     keys = [RunKey(arm, 10.0, seed) for seed in (1, 2) for arm in ("b", "d")]
     assert store.pending(keys, lambda arm: settings) == [RunKey("b", 10.0, 2), RunKey("d", 10.0, 2)]
     assert store.results()[1]["curve"][0]["accuracy"] == 0.9  # the store's own run is kept, not replaced
@@ -321,7 +322,23 @@ def test_a_committed_report_seeds_the_store_so_a_study_resumes_on_another_machin
 
     report.write_text("{}", encoding="utf-8")
     with pytest.raises(SystemExit, match="is not a time-to-quality report"):
-        store.import_report(report)
+        store.import_report(report, data)
+
+
+def test_a_report_measured_on_another_build_of_the_corpus_is_refused_and_nothing_is_imported(tmp_path: Path) -> None:
+    """A corpus rebuilt from Debian packages that moved on (debian-docs: 32,342 training documents in one build,
+    32,337 in the next) is another corpus: a study resumed on it must not put the old build's runs in its table."""
+    report = tmp_path / "time_to_quality.json"
+    reported = {"train_documents": 32342, "train_tokens": 31831288, "validation_documents": 660}
+    result = run_result("b", 10.0, [(10.0, 0.2)], seed=1) | {"settings": {"model": "bert-mini"}}
+    report.write_text(json.dumps({"data": reported, "results": [result]}), encoding="utf-8")
+    store = ResultStore(tmp_path / "results")
+    rebuilt = {"train_documents": 32337, "train_tokens": 31819248, "validation_documents": 660}
+    with pytest.raises(SystemExit, match="another corpus .*train_documents: 32342 there, 32337 here, "
+                                         "train_tokens: 31831288 there, 31819248 here"):
+        store.import_report(report, rebuilt)
+    assert not store.directory.exists() or not any(store.directory.iterdir())
+    assert store.import_report(report, reported) == [RunKey("b", 10.0, 1)]
 
 
 def test_arm_d_refuses_a_missing_recipe_and_one_that_changes_the_model_shape(tmp_path: Path) -> None:

@@ -193,8 +193,13 @@ def main() -> None:
     work = (work / "quick" if arguments.quick else work) / arguments.corpus
     corpus = corpus_file(arguments.corpus, work)
     store = ResultStore(work / "results")
+    torch.set_num_threads(arguments.threads)
+    tokenizer_dir, data_dir, manifest = prepare_corpus(corpus, work)
+    train_split = manifest["splits"]["train"]
+    data = {"train_documents": train_split["documents"], "train_tokens": train_split["tokens"],
+            "validation_documents": manifest["splits"]["validation"]["documents"]}
     for report_path in arguments.results_from:
-        added = store.import_report(Path(report_path))
+        added = store.import_report(Path(report_path), data)
         console.print(f"{len(added)} run(s) from {report_path} put into the store", soft_wrap=True)
     common = {"corpus": arguments.corpus, "model": arguments.model, "threads": arguments.threads, "seq_len": SEQ_LEN,
               "vocab_size": VOCAB_SIZE, "export_fractions": list(EXPORT_FRACTIONS),
@@ -211,12 +216,10 @@ def main() -> None:
     keys = [RunKey(arm, budget, seed) for seed in arguments.seeds for budget in arguments.budgets
             for arm in arguments.arms]
     pending = store.pending(keys, settings_for)
-    torch.set_num_threads(arguments.threads)
     machine = machine_description("cpu")
     console.print(f"{len(keys) - len(pending)} of {len(keys)} runs already in {store.directory}; "
                   f"{len(pending)} to run")
     quiet_progress_bars()
-    tokenizer_dir, data_dir, manifest = prepare_corpus(corpus, work)
     validation = packed_validation_batches(data_dir, EVALUATION_SEED)
     guess, baseline = unigram_baseline(data_dir, validation)  # the plateau's bar, on the masks every arm is scored on
     if pending:
@@ -237,15 +240,12 @@ def main() -> None:
     results = [result for result in store.results()
                if setup_of(result["settings"]) == setup_of(settings_for(result["arm"]))]
     cells = cells_of(results)
-    train_split = manifest["splits"]["train"]
     report = {
         "command": shlex.join(["python", *sys.argv]), "machine": machine,
         "settings": common | {"seeds_present": sorted({result["seed"] for result in results})},
-        "data": {"train_documents": train_split["documents"], "train_tokens": train_split["tokens"],
-                 "validation_documents": manifest["splits"]["validation"]["documents"],
-                 "validation_masked_tokens": results[0]["curve"][-1]["masked_tokens"] if results else 0,
-                 "manpages_rows": common["downstream_rows"]["manpages"],
-                 "unigram_guess": guess_record(guess), "unigram_accuracy": baseline},
+        "data": data | {"validation_masked_tokens": results[0]["curve"][-1]["masked_tokens"] if results else 0,
+                        "manpages_rows": common["downstream_rows"]["manpages"],
+                        "unigram_guess": guess_record(guess), "unigram_accuracy": baseline},
         "results": results}
     target, times = reach_times(cells)
     report["time_to_quality"] = {"target_accuracy": target, "per_arm": times}

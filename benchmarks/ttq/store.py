@@ -23,6 +23,10 @@ class RunKey(NamedTuple):
 # Where arm (d)'s recipe file lay is not part of a run's set-up; its content (`recipe_sha256`) is. A study resumed
 # from a checkout at another path (a fresh machine, a git worktree) keeps its runs.
 NOT_SETUP = ("recipe",)
+# What a report's `data` block says of the corpus its runs trained on. A corpus rebuilt on a fresh machine from
+# Debian packages that moved on since is another corpus (debian-docs went from 32,342 to 32,337 training documents
+# between two builds): its runs and the report's must not share one table.
+DATA_IDENTITY = ("train_documents", "train_tokens", "validation_documents")
 
 
 def setup_of(settings: dict[str, Any]) -> dict[str, Any]:
@@ -62,18 +66,27 @@ class ResultStore:
     def save(self, key: RunKey, result: dict[str, Any]) -> None:
         write_atomically(self.path(key), json.dumps(result, indent=1))
 
-    def import_report(self, report_path: Path) -> list[RunKey]:
+    def import_report(self, report_path: Path, data: dict[str, Any]) -> list[RunKey]:
         """Put the runs of a finished report (`time_to_quality.json`, as committed to benchmarks/results) into the
         store, so that a study split over machines, whose work directories do not survive, resumes where the
-        report stopped. A run the store already holds is kept, not replaced; an imported run measured with
-        other settings is refused by `pending`, as any stored one is. Returns the keys it added."""
+        report stopped. `data` is this invocation's prepared corpus (the report's `data` block): a report whose
+        corpus differs in any of `DATA_IDENTITY` is refused before anything is imported. A run the store already
+        holds is kept, not replaced; an imported run measured with other settings is refused by `pending`, as any
+        stored one is. Returns the keys it added."""
         try:
-            results = json.loads(report_path.read_text(encoding="utf-8"))["results"]
+            report = json.loads(report_path.read_text(encoding="utf-8"))
             keyed = [(RunKey(result["arm"], float(result["budget_minutes"]), int(result["seed"])), result)
-                     for result in results]
+                     for result in report["results"]]
+            reported = {key: report["data"][key] for key in DATA_IDENTITY}
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise SystemExit(f"error: {report_path} is not a time-to-quality report ({error!r}); give the .json that "
                              "time_to_quality.py wrote") from None
+        differing = [key for key in DATA_IDENTITY if reported[key] != data[key]]
+        if differing:
+            raise SystemExit(f"error: {report_path} was measured on another corpus than the one prepared here ("
+                             + ", ".join(f"{key}: {reported[key]} there, {data[key]} here" for key in differing)
+                             + "); rebuild the corpus the report names, or start a new report with another "
+                             "--report-name and without --results-from")
         added = []
         for key, result in keyed:
             if not self.path(key).is_file():
