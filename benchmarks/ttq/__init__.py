@@ -102,8 +102,12 @@ of it of three or more words is a line of either task's text). Studies are run i
     .venv/bin/python benchmarks/time_to_quality.py --corpus debian-docs --arms c,d --budgets 10,20,40
     .venv/bin/python benchmarks/time_to_quality.py --corpus mixed --arms b,d --budgets 40 --downstream-seeds 5
 
-    python scripts/build_pretraining_corpus.py               # the debian-docs corpus, once
-    python scripts/build_parity_tasks.py --tasks manpages    # the manpages task, once
+    python scripts/build_parity_tasks.py                     # every evaluation task, manpages among them, once
+    python scripts/build_pretraining_corpus.py               # then the debian-docs corpus, once
+
+The corpus keeps out the text of every task built under the tasks cache, so it depends on which are
+built: after all of them it holds 32,997 documents (the study's), after manpages alone 33,001, and a
+committed report measured on one is refused by `--results-from` on the other (its data block).
 
 The report goes to `benchmarks/results/time_to_quality.md` (+ `.json`, `.png`); `--quick` writes
 into the work directory instead, so a smoke run never replaces a measurement.
