@@ -17,6 +17,7 @@ import torch
 
 from benchmarks.common.corpora import corpus_documents, write_mixed_corpus
 from benchmarks.common.hf_arms import MIN_TIMED_STEPS, BudgetClock, StepTiming
+from benchmarks.common.reports import fp32_matmul_gflops
 from benchmarks.common.tasks import TaskData
 from benchmarks.ttq.downstream import (
     FineTuning,
@@ -40,6 +41,7 @@ from benchmarks.ttq.planning import (
 from benchmarks.ttq.report import (
     against_b,
     cells_of,
+    matmul_speeds,
     reach_times,
     render,
     render_against_b,
@@ -317,6 +319,9 @@ def test_a_committed_report_seeds_the_store_so_a_study_resumes_on_another_machin
     assert store.pending(keys, lambda arm: settings) == [RunKey("b", 10.0, 2), RunKey("d", 10.0, 2)]
     assert store.results()[1]["curve"][0]["accuracy"] == 0.9  # the store's own run is kept, not replaced
     assert runs_by_cpu(store.results()) == "1 on EPYC, 1 on Xeon"
+    assert matmul_speeds(store.results()) == "2 run(s) from before the probe"
+    probed = [result | {"machine": result["machine"] | {"fp32_matmul_gflops": 171.4}} for result in store.results()[:1]]
+    assert matmul_speeds(probed + store.results()[1:]) == "b-10min-seed1 171, 1 run(s) from before the probe"
     with pytest.raises(SystemExit, match="other settings"):
         store.pending(keys, lambda arm: {"model": "bert-tiny"})
 
@@ -325,9 +330,15 @@ def test_a_committed_report_seeds_the_store_so_a_study_resumes_on_another_machin
         store.import_report(report, data)
 
 
+def test_the_matmul_probe_measures_a_rate_in_gflops_from_the_median_product() -> None:
+    rate = fp32_matmul_gflops(size=128, rounds=3)
+    assert 0.01 < rate < 1e5  # 2·128³ flops in between 4 s and 40 ns: GFLOP/s, not flops or seconds
+
+
 def test_a_report_measured_on_another_build_of_the_corpus_is_refused_and_nothing_is_imported(tmp_path: Path) -> None:
-    """A corpus rebuilt from Debian packages that moved on (debian-docs: 32,342 training documents in one build,
-    32,337 in the next) is another corpus: a study resumed on it must not put the old build's runs in its table."""
+    """A corpus rebuilt from Debian packages that moved on, or with other evaluation tasks built to keep out, is
+    another corpus (debian-docs held 32,342, 32,337 and 32,341 training documents in three builds): a study resumed
+    on it must not put the old build's runs in its table."""
     report = tmp_path / "time_to_quality.json"
     reported = {"train_documents": 32342, "train_tokens": 31831288, "validation_documents": 660}
     result = run_result("b", 10.0, [(10.0, 0.2)], seed=1) | {"settings": {"model": "bert-mini"}}

@@ -34,6 +34,24 @@ def machine_description(device: str) -> dict[str, Any]:
             "load_average_start": os.getloadavg()[0]}
 
 
+def fp32_matmul_gflops(size: int = 1024, rounds: int = 7) -> float:
+    """The CPU's fp32 matmul rate now, on torch's current threads: the median of `rounds` timed `size`³ products after
+    one untimed. A wall-clock budget buys as many steps as the machine is fast that day (the same 2-core VM has run a
+    10-minute arm 39% faster from one session to the next), so a study split over sessions records it per run."""
+    import time
+
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    seconds = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        seconds.append(time.perf_counter() - start)
+    return 2 * size**3 / sorted(seconds)[rounds // 2] / 1e9
+
+
 def quiet_progress_bars() -> None:
     """`datasets.map` and weight loading draw progress bars; the arms' own logs are enough."""
     import datasets

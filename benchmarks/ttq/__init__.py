@@ -87,7 +87,8 @@ soon as it is scored; a re-run skips the done ones (results measured with other 
 not mixed in). The report is built from every result in the store, so a study can be run in parts.
 The work directory does not outlive its machine; `--results-from` puts a committed report's runs back
 into the store, so a study split over machines resumes where its last report stopped (the report
-counts the runs per CPU: the same minutes buy another number of steps on another CPU).
+counts the runs per CPU: the same minutes buy another number of steps on another CPU, and gives each
+run's fp32 matmul rate, measured on idle cores as its invocation started: the same CPU's speed moves too).
 
 The corpora (`--corpus`): `bundled` (the KJV and the supersense training glosses), `debian-docs`
 (`scripts/build_pretraining_corpus.py`) and `mixed`: every k-th debian-docs document, k chosen for 2/3 of

@@ -24,7 +24,13 @@ from benchmarks.common.mlm import (
     packed_validation_batches,
     unigram_baseline,
 )
-from benchmarks.common.reports import machine_description, quiet_progress_bars, run_in_child, write_atomically
+from benchmarks.common.reports import (
+    fp32_matmul_gflops,
+    machine_description,
+    quiet_progress_bars,
+    run_in_child,
+    write_atomically,
+)
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS
 from benchmarks.ttq.arms import run_arm
 from benchmarks.ttq.downstream import FineTuning, choose_setting, fine_tune_with, fine_tuning_grid
@@ -216,7 +222,7 @@ def main() -> None:
     keys = [RunKey(arm, budget, seed) for seed in arguments.seeds for budget in arguments.budgets
             for arm in arguments.arms]
     pending = store.pending(keys, settings_for)
-    machine = machine_description("cpu")
+    machine = machine_description("cpu") | {"fp32_matmul_gflops": fp32_matmul_gflops()}  # before any run, on idle cores
     console.print(f"{len(keys) - len(pending)} of {len(keys)} runs already in {store.directory}; "
                   f"{len(pending)} to run")
     quiet_progress_bars()

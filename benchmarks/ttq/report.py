@@ -172,6 +172,18 @@ def runs_by_cpu(results: list[dict[str, Any]]) -> str:
     return ", ".join(f"{count} on {cpu}" for cpu, count in sorted(counts.items())) or "none"
 
 
+def matmul_speeds(results: list[dict[str, Any]]) -> str:
+    """Each run's fp32 matmul GFLOP/s, measured on idle cores as its invocation started (`fp32_matmul_gflops`): the
+    CPU's name alone does not say how many steps its minutes bought that day. Runs from before the probe are counted."""
+    speeds = {f"{result['arm']}-{result['budget_minutes']:g}min-seed{result['seed']}": result["machine"]["fp32_matmul_gflops"]
+              for result in results if "fp32_matmul_gflops" in result["machine"]}
+    unprobed = len(results) - len(speeds)
+    parts = [f"{name} {gflops:.0f}" for name, gflops in sorted(speeds.items())]
+    if unprobed:
+        parts.append(f"{unprobed} run(s) from before the probe")
+    return ", ".join(parts) or "none"
+
+
 def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
     from bertforge.tasks.mlm_plateau import PLATEAU_MARGIN
 
@@ -185,6 +197,7 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
         f"{machine['transformers']}; load average {machine['load_average_start']:.2f} at the start, "
         f"{machine['load_average_end']:.2f} at the end (of this invocation; the store may hold runs of earlier ones)",
         f"- Runs: {runs_by_cpu(report['results'])} (a budget is minutes on that CPU)",
+        f"- fp32 matmul GFLOP/s at each run's start: {matmul_speeds(report['results'])}",
         f"- Data: {data['train_documents']:,} training documents ({data['train_tokens']:,} tokens by bertforge's "
         f"count), WordPiece {VOCAB_SIZE}; validation: the last {data['validation_documents']:,} documents, "
         f"{data['validation_masked_tokens']:,} masked tokens (fixed masks), scored with stock "
