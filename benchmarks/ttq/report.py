@@ -17,6 +17,7 @@ from benchmarks.common.stats import mean_std, welch_interval
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS
 from benchmarks.ttq.downstream import dropout_text
 from benchmarks.ttq.settings import ARM_TITLES, ARMS, DEV_EVERY, DOWNSTREAM_TASKS
+from benchmarks.ttq.store import RunKey
 
 
 def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
@@ -175,7 +176,7 @@ def runs_by_cpu(results: list[dict[str, Any]]) -> str:
 def matmul_speeds(results: list[dict[str, Any]]) -> str:
     """Each run's fp32 matmul GFLOP/s, measured on idle cores as its invocation started (`fp32_matmul_gflops`): the
     CPU's name alone does not say how many steps its minutes bought that day. Runs from before the probe are counted."""
-    speeds = {f"{result['arm']}-{result['budget_minutes']:g}min-seed{result['seed']}": result["machine"]["fp32_matmul_gflops"]
+    speeds = {RunKey(result["arm"], result["budget_minutes"], result["seed"]).name: result["machine"]["fp32_matmul_gflops"]
               for result in results if "fp32_matmul_gflops" in result["machine"]}
     unprobed = len(results) - len(speeds)
     parts = [f"{name} {gflops:.0f}" for name, gflops in sorted(speeds.items())]
