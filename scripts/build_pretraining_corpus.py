@@ -8,8 +8,9 @@ SageMath, Django, SciPy and other documentation, the Debian Reference, Handbook 
 and GIMP help. Only this script goes into the repository, not the text. On Debian 12 (bookworm) the 57
 packages give about 33,000 documents, 142 MB and 22.6 million words from 740 MB of ``.deb`` files.
 
-The packages (``PACKAGES`` below, a fixed list, versions not pinned) are fetched with ``apt-get
-download`` into ``DIR/debs`` (kept, and re-fetched only when apt's candidate changes) and read straight
+The packages (``PACKAGES`` below, a fixed list; apt's candidate versions, or with ``--replay`` an earlier
+manifest's) are fetched with ``apt-get download`` into ``DIR/debs`` (kept, and re-fetched only when the
+wanted version changes) and read straight
 from the ``.deb`` files with ``dpkg-deb --fsys-tarfile``. Nothing is installed: no root is needed, and
 ``/usr/share/man``, the source of the ``manpages`` parity task, stays as it was (perl-doc, for one, would
 add 200 man pages to it). Only ``apt-get`` and its package lists are needed; ``apt-get update`` is run
@@ -43,14 +44,22 @@ Output: ``DIR/corpus.txt`` holds one paragraph per line, with documents (an HTML
 text file) separated by a blank line; this is the format ``bertforge prepare pretrain`` reads.
 ``DIR/manifest.json`` records each package's version and ``.deb`` sha256, the files used and the bytes of
 text each gave, the files refused and why, what the filters dropped, the evaluation files checked (with
-their sha1) and the corpus's sha256. Packages and files are read in sorted order, and nothing depends on
-time or locale. The same ``.deb`` files and task files therefore give byte-identical output. Both files
-are written through a temp file and ``os.replace``. Standard library only:
+their sha1), the key of each paragraph dropped as evaluation text, and the corpus's sha256. Packages and
+files are read in sorted order, and nothing depends on time or locale. The same ``.deb`` files and task
+files therefore give byte-identical output. Both files are written through a temp file and ``os.replace``.
+
+The debian-sections task is built from Debian's archive, which changes daily, so a build on another day
+keeps out other paragraphs (three builds gave 32,342, 32,337 and 32,341 training documents to the
+time-to-quality study). ``--replay MANIFEST`` rebuilds the corpus an earlier manifest describes: its
+packages at its versions (a ``.deb`` whose sha256 differs is refused) and exactly the paragraphs it dropped
+as evaluation text; it says whether the result is identical and how many kept paragraphs share words with
+today's evaluation texts. Standard library only:
 
     python scripts/build_parity_tasks.py                        # the evaluation tasks, to keep them out
     python scripts/build_pretraining_corpus.py                  # into ~/.cache/bertforge/corpora/debian-docs
     python scripts/build_pretraining_corpus.py --out /tmp/docs --packages python3.11-doc,debian-reference-en
     python scripts/build_pretraining_corpus.py --offline        # rebuild from the .deb files already fetched
+    python scripts/build_pretraining_corpus.py --replay benchmarks/results/MANIFEST.json   # an earlier corpus
     bertforge prepare pretrain --input ~/.cache/bertforge/corpora/debian-docs/corpus.txt --tokenizer TOK --out DIR
 """
 
@@ -548,14 +557,30 @@ def evaluation_shingles(tasks_dir: Path | None, supersense_dir: Path | None = SU
     return found, sources
 
 
+def paragraph_key(paragraph: str) -> bytes:
+    """A paragraph's identity (12 bytes of BLAKE2b of its normalised text): for de-duplication, and for the
+    manifest's record of the paragraphs dropped as evaluation text, which --replay reuses."""
+    return hashlib.blake2b(paragraph.encode("utf-8"), digest_size=12).digest()
+
+
 @dataclass
 class Corpus:
     """Documents written in order, each paragraph at most once in the whole corpus and none that shares a
-    run of SHINGLE_WORDS words with an evaluation text."""
+    run of SHINGLE_WORDS words with an evaluation text.
+
+    With ``replay`` (the keys of the paragraphs an earlier build dropped as evaluation text), exactly those
+    paragraphs are dropped instead, so that the earlier corpus is rebuilt although today's evaluation texts
+    differ (the debian-sections task follows Debian's archive, which changes every day). How far today's
+    texts disagree with the replayed drops is counted, not acted on: ``kept_sharing_today`` paragraphs
+    share words with today's texts but were kept, ``dropped_not_sharing_today`` share none but were dropped."""
 
     stream: BinaryIO
     evaluation: set[str] = field(default_factory=set)  # from evaluation_shingles()
+    replay: frozenset[bytes] | None = None  # from ReplayManifest.dropped_keys
     seen: set[bytes] = field(default_factory=set)
+    evaluation_drops: set[bytes] = field(default_factory=set)  # keys of the paragraphs dropped as evaluation text
+    kept_sharing_today: int = 0
+    dropped_not_sharing_today: int = 0
     documents: int = 0
     paragraphs: int = 0
     words: int = 0
@@ -570,12 +595,13 @@ class Corpus:
         for paragraph in paragraphs:
             paragraph = " ".join(paragraph.replace("\u00b6", " ").split())  # Sphinx's pilcrow permalinks
             reason = paragraph_drop_reason(paragraph)
-            if reason is None and self.evaluation and not self.evaluation.isdisjoint(shingles(paragraph)):
+            key = paragraph_key(paragraph)
+            if reason is None and self._is_evaluation_text(paragraph, key):
                 reason = "evaluation-text"
+                self.evaluation_drops.add(key)
             if reason:
                 self.dropped[f"{reason} paragraphs"] += 1
                 continue
-            key = hashlib.blake2b(paragraph.encode("utf-8"), digest_size=12).digest()
             if key in self.seen or key in keys:
                 self.dropped["duplicate paragraphs"] += 1
                 continue
@@ -595,6 +621,15 @@ class Corpus:
         self.words += words
         self.bytes += len(data)
         return len(data)
+
+    def _is_evaluation_text(self, paragraph: str, key: bytes) -> bool:
+        shares = bool(self.evaluation) and not self.evaluation.isdisjoint(shingles(paragraph))
+        if self.replay is None:
+            return shares
+        dropped = key in self.replay
+        self.kept_sharing_today += shares and not dropped
+        self.dropped_not_sharing_today += dropped and not shares
+        return dropped
 
 
 # ------------------------------------------------------------------------------------ packages
@@ -628,33 +663,53 @@ def _cached_debs(debs_dir: Path, name: str) -> list[Path]:
     return sorted(path for path in debs_dir.glob(f"{name}_*.deb") if path.name.split("_", 1)[0] == name)
 
 
-def fetch_debs(names: list[str], debs_dir: Path, offline: bool) -> dict[str, Path]:
+def fetch_debs(names: list[str], debs_dir: Path, offline: bool,
+               pins: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:  # fmt: skip
     """Each package's ``.deb`` in ``debs_dir``: apt's candidate version, downloaded unless already there
-    (checked by sha256); with ``offline``, or without apt-get, the one already there."""
+    (checked by sha256); with ``offline``, or without apt-get, the one already there. With ``pins`` (name ->
+    version and .deb sha256, from a replayed manifest) that version, and a .deb of another sha256 is refused."""
     debs_dir.mkdir(parents=True, exist_ok=True)
+    pins = pins or {}
     if offline or shutil.which("apt-get") is None:
         found = {name: _cached_debs(debs_dir, name) for name in names}
         missing = [name for name, paths in found.items() if len(paths) != 1]
         if missing:
             how = "" if offline else "this machine has no apt-get; "
+            wanted = " ".join(f"{name}={pins[name][0]}" if name in pins else name for name in missing)
             raise BuildError(f"{how}need exactly one .deb of each of {' '.join(missing)} in {debs_dir} "
-                             f"(`apt-get download {' '.join(missing)}` there on a Debian machine)")
-        return {name: paths[0] for name, paths in found.items()}
+                             f"(`apt-get download {wanted}` there on a Debian machine)")
+        debs = {name: paths[0] for name, paths in found.items()}
+        for name, path in debs.items():
+            if name in pins and _sha256(path) != pins[name][1]:
+                raise BuildError(f"{path} is not the .deb of {name} {pins[name][0]} that the replayed manifest "
+                                 f"names (sha256 {pins[name][1][:12]}...): put that one in {debs_dir}")
+        return debs
     if not apt_lists_present():
         if not _is_root():
             raise BuildError("apt has no package lists: run `apt-get update` as root, then this again")
         _run(["apt-get", "update"])
     debs: dict[str, Path] = {}
     for name in names:
-        # 'URL' FILENAME SIZE SHA256:HEX -- the candidate version, whether installed or not
-        line = _run(["apt-get", "download", "--print-uris", name]).strip().splitlines()
+        wanted = f"{name}={pins[name][0]}" if name in pins else name
+        # 'URL' FILENAME SIZE SHA256:HEX -- the candidate version (or the pinned one), whether installed or not
+        try:
+            line = _run(["apt-get", "download", "--print-uris", wanted]).strip().splitlines()
+        except BuildError as error:
+            if name not in pins:
+                raise
+            raise BuildError(f"apt cannot fetch {name} {pins[name][0]}, the version the replayed manifest names "
+                             f"({error}); put that .deb in {debs_dir} (snapshot.debian.org keeps every version) "
+                             "and run again with --offline") from None
         fields = line[-1].split() if line else []
         if len(fields) < 4 or not fields[3].lower().startswith("sha256:"):
             raise BuildError(f"apt-get download --print-uris {name}: unexpected output {line!r}")
         filename, sha256 = fields[1], fields[3].split(":", 1)[1].lower()
+        if name in pins and sha256 != pins[name][1]:
+            raise BuildError(f"apt's {name} {pins[name][0]} has sha256 {sha256[:12]}..., not the replayed "
+                             f"manifest's {pins[name][1][:12]}...: put that .deb in {debs_dir} and run with --offline")
         path = debs_dir / filename
         if not (path.is_file() and _sha256(path) == sha256):
-            _run(["apt-get", "download", name], cwd=debs_dir)
+            _run(["apt-get", "download", wanted], cwd=debs_dir)
             if not path.is_file():  # apt names the file after the URL, so look again
                 cached = _cached_debs(debs_dir, name)
                 path = max(cached, key=lambda p: p.stat().st_mtime) if cached else path
@@ -689,6 +744,53 @@ def deb_members(deb: Path, package: Package) -> Iterator[tuple[str, bytes]]:
         stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
         if process.wait() != 0:
             raise BuildError(f"dpkg-deb --fsys-tarfile {deb}: {stderr.strip() or 'failed'}")
+
+
+# -------------------------------------------------------------------------------------- replay
+
+
+def _filters() -> dict[str, object]:
+    return {"min_words": MIN_WORDS, "min_letter_fraction": MIN_LETTER_FRACTION,
+            "stopword_check_words": STOPWORD_CHECK_WORDS, "min_stopword_fraction": MIN_STOPWORD_FRACTION,
+            "min_document_words": MIN_DOCUMENT_WORDS}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ReplayManifest:
+    """What ``--replay`` takes from an earlier build's manifest.json: its packages at their versions and
+    .deb sha256, the paragraphs it dropped as evaluation text, and its corpus's sha256 to compare with."""
+
+    path: Path
+    pins: dict[str, tuple[str, str]]  # package -> (version, .deb sha256)
+    dropped_keys: frozenset[bytes]
+    corpus_sha256: str
+    documents: int
+
+    @classmethod
+    def read(cls, path: Path) -> ReplayManifest:
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            pins = {entry["package"]: (entry["version"], entry["deb_sha256"]) for entry in manifest["packages"]}
+            evaluation, corpus, filters = manifest["evaluation_texts"], manifest["corpus"], manifest["filters"]
+            corpus_sha256, documents = corpus["sha256"], corpus["documents"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise BuildError(f"--replay {path}: not a manifest.json this script wrote ({error!r})") from None
+        if "dropped_paragraphs" not in evaluation:
+            raise BuildError(f"--replay {path}: it records no evaluation-text drops (written before 2026-12-02), so "
+                             "its corpus cannot be rebuilt once the evaluation tasks change; build without --replay")
+        unknown = sorted(set(pins) - set(PACKAGE_NAMES))
+        if unknown:
+            raise BuildError(f"--replay {path}: packages this script does not know: {', '.join(unknown)}")
+        differing = sorted(key for key in _filters() if filters.get(key) != _filters()[key])
+        if evaluation.get("shingle_words") != SHINGLE_WORDS:
+            differing.append("shingle_words")
+        if manifest.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:  # a slimmed copy may omit it
+            differing.append("format_version")
+        if differing:
+            raise BuildError(f"--replay {path}: built with other filters ({', '.join(differing)}) than this script's, "
+                             "so its corpus cannot be rebuilt; check out the commit that built it")
+        return cls(path, pins, frozenset(bytes.fromhex(key) for key in evaluation["dropped_paragraphs"]),
+                   corpus_sha256, documents)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------- build
@@ -736,11 +838,17 @@ def add_package(corpus: Corpus, package: Package, files: Iterable[tuple[str, byt
 
 def build_corpus(packages: Iterable[Package], debs_dir: Path, out_dir: Path, offline: bool = False,
                  progress: bool = False, tasks_dir: Path | None = None,
-                 supersense_dir: Path | None = SUPERSENSE_DIR) -> dict[str, object]:
+                 supersense_dir: Path | None = SUPERSENSE_DIR, replay: ReplayManifest | None = None
+                 ) -> dict[str, object]:  # fmt: skip
     """Fetch, convert and write ``out_dir/corpus.txt`` and ``manifest.json``; the manifest. Paragraphs that
-    share a run of words with the evaluation texts (``evaluation_shingles``) are left out."""
+    share a run of words with the evaluation texts (``evaluation_shingles``) are left out; with ``replay``,
+    the replayed manifest's packages are used at its versions and exactly the paragraphs it dropped as
+    evaluation text are left out (``Corpus``)."""
+    if replay is not None:
+        packages = [package for package in PACKAGES if package.name in replay.pins]
     packages = sorted(packages, key=lambda package: package.name)
-    debs = fetch_debs([package.name for package in packages], debs_dir, offline)
+    debs = fetch_debs([package.name for package in packages], debs_dir, offline,
+                      pins=replay.pins if replay is not None else None)  # fmt: skip
     evaluation, evaluation_sources = evaluation_shingles(tasks_dir, supersense_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     corpus_path = out_dir / CORPUS_FILE
@@ -748,7 +856,7 @@ def build_corpus(packages: Iterable[Package], debs_dir: Path, out_dir: Path, off
     entries = []
     try:
         with open(tmp, "wb") as stream:
-            corpus = Corpus(stream, evaluation)
+            corpus = Corpus(stream, evaluation, replay.dropped_keys if replay is not None else None)
             for package in packages:
                 started = time.perf_counter()
                 deb = debs[package.name]
@@ -769,13 +877,17 @@ def build_corpus(packages: Iterable[Package], debs_dir: Path, out_dir: Path, off
         "generator": "scripts/build_pretraining_corpus.py",
         "corpus": {"file": CORPUS_FILE, "sha256": corpus.digest.hexdigest(), "bytes": corpus.bytes,
                    "documents": corpus.documents, "paragraphs": corpus.paragraphs, "words": corpus.words},
-        "filters": {"min_words": MIN_WORDS, "min_letter_fraction": MIN_LETTER_FRACTION,
-                    "stopword_check_words": STOPWORD_CHECK_WORDS, "min_stopword_fraction": MIN_STOPWORD_FRACTION,
-                    "min_document_words": MIN_DOCUMENT_WORDS},
-        "evaluation_texts": {"shingle_words": SHINGLE_WORDS, "shingles": len(evaluation), "files": evaluation_sources},
+        "filters": _filters(),
+        "evaluation_texts": {"shingle_words": SHINGLE_WORDS, "shingles": len(evaluation), "files": evaluation_sources,
+                             "dropped_paragraphs": sorted(key.hex() for key in corpus.evaluation_drops)},
         "dropped": dict(sorted(corpus.dropped.items())),
         "packages": entries,
     }
+    if replay is not None:
+        manifest["replayed"] = {"manifest": str(replay.path), "corpus_sha256": replay.corpus_sha256,
+                                "identical": corpus.digest.hexdigest() == replay.corpus_sha256,
+                                "kept_sharing_today": corpus.kept_sharing_today,
+                                "dropped_not_sharing_today": corpus.dropped_not_sharing_today}  # fmt: skip
     write_atomic(out_dir / MANIFEST_FILE, (json.dumps(manifest, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
     return manifest
 
@@ -816,15 +928,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offline", action="store_true", help="use the .deb files already in --debs; no apt-get")
     parser.add_argument("--tasks", type=Path, default=None, help="the parity tasks whose texts are kept out "
                         "(default: $BERTFORGE_CACHE/tasks or ~/.cache/bertforge/tasks, scripts/build_parity_tasks.py's)")
+    parser.add_argument("--replay", type=Path, default=None, metavar="MANIFEST",
+                        help="rebuild the corpus an earlier manifest.json describes: its packages at its versions "
+                             "and .deb sha256, and the paragraphs it dropped as evaluation text (not today's tasks')")
     parser.add_argument("--quiet", action="store_true", help="no per-package progress on stderr")
     args = parser.parse_args(argv)
+    if args.replay is not None and args.packages is not None:
+        parser.error("--packages and --replay: the replayed manifest names the packages")
     out_dir: Path = args.out or default_out()
     tasks_dir: Path = args.tasks or default_tasks()
     packages: list[Package] = args.packages or list(PACKAGES)
     start = time.perf_counter()
+    replay = None
     try:
+        if args.replay is not None:
+            replay = ReplayManifest.read(args.replay)
         manifest = build_corpus(packages, args.debs or out_dir / DEBS_DIR, out_dir, offline=args.offline,
-                                progress=not args.quiet, tasks_dir=tasks_dir)  # fmt: skip
+                                progress=not args.quiet, tasks_dir=tasks_dir, replay=replay)  # fmt: skip
     except (BuildError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -834,8 +954,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: no parity tasks in {tasks_dir}, so only the bundled supersense set was kept out; build them "
               "first (python scripts/build_parity_tasks.py) to keep their texts out too", file=sys.stderr)
     print(f"debian-docs: {corpus['documents']:,} documents, {corpus['bytes'] / 1e6:.1f} MB of text, "
-          f"{corpus['words']:,} words from {len(packages)} packages -> {out_dir / CORPUS_FILE} "
+          f"{corpus['words']:,} words from {len(manifest['packages']):,} packages -> {out_dir / CORPUS_FILE} "
           f"({time.perf_counter() - start:.0f}s)")
+    if replay is not None:
+        replayed = manifest["replayed"]
+        assert isinstance(replayed, dict)
+        if not replayed["identical"]:
+            print(f"warning: this is not the corpus {replay.path} describes ({replay.documents:,} documents, sha256 "
+                  f"{replay.corpus_sha256[:12]}...); compare the two manifests' packages", file=sys.stderr)
+        else:
+            print(f"identical to the corpus {replay.path} describes; {replayed['kept_sharing_today']:,} of its "
+                  "paragraphs share words with today's evaluation texts")
     return 0
 
 

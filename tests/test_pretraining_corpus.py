@@ -197,3 +197,81 @@ def test_missing_deb_offline_is_one_line_and_exit_2(tmp_path: Path, capsys: pyte
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "debian-faq" in err and "apt-get download" in err, err
     assert not (tmp_path / "out" / bpc.CORPUS_FILE).exists()
+
+
+def _faq_deb(root: Path, debs: Path) -> Path:
+    """debian-faq 1.0-1 (a name from the script's package list, so --replay accepts it): three English pages."""
+    docs = root / "usr/share/doc/debian/FAQ"
+    docs.mkdir(parents=True)
+    for index, paragraph in enumerate(PROSE[:3]):
+        filler = (f"This is page number {index} of the frequently asked questions that the test builds, page by "
+                  "page, from a small fake package of its own.")  # enough words for a document on its own
+        (docs / f"ch-{index}.en.html").write_text(f"<p>{paragraph}</p><p>{filler}</p>", encoding="utf-8")
+    (root / "DEBIAN").mkdir()
+    (root / "DEBIAN/control").write_text("Package: debian-faq\nVersion: 1.0-1\nArchitecture: all\n"
+                                         "Maintainer: Nobody <nobody@example.org>\nDescription: fake FAQ\n")  # fmt: skip
+    debs.mkdir()
+    deb = debs / "debian-faq_1.0-1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)], check=True,
+                   capture_output=True)  # fmt: skip
+    return deb
+
+
+def _task(tasks: Path, text: str) -> None:
+    """A parity task (task.json + test.jsonl) in `tasks` whose one test text is `text`."""
+    task = tasks / "manpages"
+    task.mkdir(parents=True, exist_ok=True)
+    (task / "task.json").write_text("{}", encoding="utf-8")
+    (task / "test.jsonl").write_text(json.dumps({"text": text, "label": "1"}) + "\n", encoding="utf-8")
+
+
+def _build(tmp_path: Path, out: str, tasks: Path, *more: str) -> tuple[int, str]:
+    code = bpc.main(["--offline", "--quiet", "--debs", str(tmp_path / "debs"), "--out", str(tmp_path / out),
+                     "--tasks", str(tasks), *more])  # fmt: skip
+    return code, (tmp_path / out / bpc.CORPUS_FILE).read_text(encoding="utf-8") if code == 0 else ""
+
+
+def test_replay_rebuilds_the_corpus_after_the_evaluation_texts_changed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    if shutil.which("dpkg-deb") is None:
+        pytest.fail("needs dpkg-deb (Debian's dpkg package), which the corpus script reads packages with")
+    _faq_deb(tmp_path / "root", tmp_path / "debs")
+    tasks = tmp_path / "tasks"
+    _task(tasks, PROSE[1])  # the first build keeps PROSE[1] out
+    code, first = _build(tmp_path, "first", tasks, "--packages", "debian-faq")
+    assert code == 0 and PROSE[1] not in first and PROSE[2] in first
+    manifest = json.loads((tmp_path / "first" / bpc.MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert manifest["evaluation_texts"]["dropped_paragraphs"] == [bpc.paragraph_key(PROSE[1]).hex()]
+    _task(tasks, PROSE[2])  # the task moved on, as debian-sections does with the archive
+    code, today = _build(tmp_path, "today", tasks, "--packages", "debian-faq")
+    assert code == 0 and today != first and PROSE[1] in today  # without --replay: another corpus
+    capsys.readouterr()
+    code, replayed = _build(tmp_path, "replayed", tasks, "--replay", str(tmp_path / "first" / bpc.MANIFEST_FILE))
+    assert code == 0 and replayed == first
+    again = json.loads((tmp_path / "replayed" / bpc.MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert again["corpus"]["sha256"] == manifest["corpus"]["sha256"]
+    assert again["evaluation_texts"]["dropped_paragraphs"] == manifest["evaluation_texts"]["dropped_paragraphs"]
+    assert {key: again["replayed"][key] for key in ("identical", "kept_sharing_today", "dropped_not_sharing_today")} \
+        == {"identical": True, "kept_sharing_today": 1, "dropped_not_sharing_today": 1}
+    assert "identical to the corpus" in capsys.readouterr().out
+
+
+def test_replay_refuses_another_deb_and_a_manifest_without_drops(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    if shutil.which("dpkg-deb") is None:
+        pytest.fail("needs dpkg-deb (Debian's dpkg package), which the corpus script reads packages with")
+    _faq_deb(tmp_path / "root", tmp_path / "debs")
+    _task(tmp_path / "tasks", PROSE[1])
+    assert _build(tmp_path, "first", tmp_path / "tasks", "--packages", "debian-faq")[0] == 0
+    manifest = json.loads((tmp_path / "first" / bpc.MANIFEST_FILE).read_text(encoding="utf-8"))
+    manifest["packages"][0]["deb_sha256"] = "0" * 64  # the manifest names another .deb of debian-faq 1.0-1
+    (tmp_path / "other.json").write_text(json.dumps(manifest), encoding="utf-8")
+    del manifest["evaluation_texts"]["dropped_paragraphs"]  # as manifests written before --replay existed
+    (tmp_path / "old.json").write_text(json.dumps(manifest), encoding="utf-8")
+    capsys.readouterr()
+    for name, expected in (("other.json", "is not the .deb of debian-faq 1.0-1"),
+                           ("old.json", "records no evaluation-text drops")):  # fmt: skip
+        code, _ = _build(tmp_path, "replayed", tmp_path / "tasks", "--replay", str(tmp_path / name))
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and expected in err, err
+        assert not (tmp_path / "replayed" / bpc.CORPUS_FILE).exists()

@@ -25,7 +25,9 @@ class RunKey(NamedTuple):
 NOT_SETUP = ("recipe",)
 # What a report's `data` block says of the corpus its runs trained on. A corpus rebuilt on a fresh machine, from
 # Debian packages that moved on or with other evaluation tasks built to keep out, is another corpus (debian-docs held
-# 32,342, 32,337 and 32,341 training documents in three builds): its runs and the report's must not share one table.
+# 32,342, 32,337 and 32,341 training documents in three builds, the debian-sections task following Debian's archive):
+# its runs and the report's must not share one table. `build_pretraining_corpus.py --replay MANIFEST` rebuilds a
+# corpus whose manifest was kept.
 DATA_IDENTITY = ("train_documents", "train_tokens", "validation_documents")
 
 
@@ -85,7 +87,8 @@ class ResultStore:
         if differing:
             raise SystemExit(f"error: {report_path} was measured on another corpus than the one prepared here ("
                              + ", ".join(f"{key}: {reported[key]} there, {data[key]} here" for key in differing)
-                             + "); rebuild the corpus the report names, or start a new report with another "
+                             + "); rebuild the corpus the report names (scripts/build_pretraining_corpus.py "
+                             "--replay its manifest, where one was kept), or start a new report with another "
                              "--report-name and without --results-from")
         added = []
         for key, result in keyed:
