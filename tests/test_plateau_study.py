@@ -155,3 +155,24 @@ def test_a_curve_scored_on_another_validation_subset_is_refused_in_one_line(
     assert stopped.value.code == 2
     message = capsys.readouterr().err
     assert message.count("\n") == 1 and str(cached) in message and "--validation-samples 1024" in message
+
+
+def test_the_score_summary_renders_an_arm_whose_final_model_has_no_features() -> None:
+    """`--feature-steps 100,300` with the untrained arm (step 0) leaves its only point without features: the report's
+    summary still renders, with dashes (it raised KeyError after the scores were written, 2026-12-02)."""
+    from benchmarks.ttq.plateau_scoring import render as render_scores
+
+    layer = {"norm": 1.0, "common_share": 0.3, "effective_rank": 12.0, "attention_entropy": 1.5}
+    features = {"layers": [layer, layer], "uniform_entropy": 3.0, "cls": {"mean_cosine": 0.5},
+                "mean_pooled": {"mean_cosine": 0.4}}
+    run = {"setting": SETTING, "seed": 17, "accuracy": 0.3, "f1_macro": 0.2, "train_loss": [[1, 3.0], [10, 2.0]]}
+    report = {"unigram_accuracy": 0.0425, "majority_class_accuracy": 0.124,
+              "arms": {"recipe": {"steps": 300, "plateau_exit_step": 150,
+                                  "curve": [{"step": 300, "accuracy": 0.14, "features": features}],
+                                  "fine_tunes": {"300": [run]}},
+                       "untrained": {"steps": 0, "plateau_exit_step": None, "curve": [{"step": 0, "accuracy": 0.0}],
+                                     "fine_tunes": {"0": [run]}}}}
+    text = render_scores(report)
+    assert "| untrained | 0 | not left | 0.0000 | – | – | – | – | – |" in text
+    assert "| recipe | 300 | 150 | 0.1400 | 0.300 | 12.0 |" in text
+    assert "- untrained: not measured (--feature-steps)" in text

@@ -183,6 +183,10 @@ def render(report: dict[str, Any]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, arm in report["arms"].items():
         final = arm["curve"][-1]
+        if "features" not in final:  # --feature-steps left it out (the untrained arm's step 0, say)
+            lines.append(f"| {name} | {arm['steps']} | {arm['plateau_exit_step'] or 'not left'} | {final['accuracy']:.4f} "
+                         "| – | – | – | – | – |")
+            continue
         features = final["features"]
         last = features["layers"][-1]
         lines.append(f"| {name} | {arm['steps']} | {arm['plateau_exit_step'] or 'not left'} | {final['accuracy']:.4f} "
@@ -205,6 +209,9 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", "Per layer of each final model (0 = embeddings): norm / common share / effective rank / attention "
               "entropy:", ""]
     for name, arm in report["arms"].items():
+        if "features" not in arm["curve"][-1]:
+            lines.append(f"- {name}: not measured (--feature-steps)")
+            continue
         cells = [f"{layer['norm']:.1f} / {layer['common_share']:.2f} / {layer['effective_rank']:.0f}"
                  + (f" / {layer['attention_entropy']:.2f}" if layer["attention_entropy"] is not None else "")
                  for layer in arm["curve"][-1]["features"]["layers"]]
