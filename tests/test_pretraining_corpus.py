@@ -158,11 +158,16 @@ def _tiny_deb(root: Path, debs: Path) -> Path:
     man = root / "usr/share/man/man1"
     man.mkdir(parents=True)
     (man / "fake.1.gz").write_bytes(gzip.compress(b".TH FAKE 1\n.SH DESCRIPTION\nA man page.\n"))
+    return _pack_deb(root, debs, "fake-doc")
+
+
+def _pack_deb(root: Path, debs: Path, name: str) -> Path:
+    """`root` packed with dpkg-deb as `name` 1.0-1 into `debs/`."""
     (root / "DEBIAN").mkdir()
-    (root / "DEBIAN/control").write_text("Package: fake-doc\nVersion: 1.0-1\nArchitecture: all\n"
+    (root / "DEBIAN/control").write_text(f"Package: {name}\nVersion: 1.0-1\nArchitecture: all\n"
                                          "Maintainer: Nobody <nobody@example.org>\nDescription: fake docs\n")  # fmt: skip
     debs.mkdir()
-    deb = debs / "fake-doc_1.0-1_all.deb"
+    deb = debs / f"{name}_1.0-1_all.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)], check=True,
                    capture_output=True)  # fmt: skip
     return deb
@@ -207,14 +212,7 @@ def _faq_deb(root: Path, debs: Path) -> Path:
         filler = (f"This is page number {index} of the frequently asked questions that the test builds, page by "
                   "page, from a small fake package of its own.")  # enough words for a document on its own
         (docs / f"ch-{index}.en.html").write_text(f"<p>{paragraph}</p><p>{filler}</p>", encoding="utf-8")
-    (root / "DEBIAN").mkdir()
-    (root / "DEBIAN/control").write_text("Package: debian-faq\nVersion: 1.0-1\nArchitecture: all\n"
-                                         "Maintainer: Nobody <nobody@example.org>\nDescription: fake FAQ\n")  # fmt: skip
-    debs.mkdir()
-    deb = debs / "debian-faq_1.0-1_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)], check=True,
-                   capture_output=True)  # fmt: skip
-    return deb
+    return _pack_deb(root, debs, "debian-faq")
 
 
 def _task(tasks: Path, text: str) -> None:
