@@ -45,8 +45,8 @@ ARMS = {arm.name: arm for arm in (
     StepArm("recipe-mask30", "recipe", 1254, ("data.mask_prob=0.3",),
             "budget-cpu.yaml (dropout off) with mask rate 0.30, 1,254 steps planned"),
     # The bundled corpus's 10 minutes on a slow machine (103 fp32 GFLOP/s): 630 steps, on the plateau to the end. The
-    # warm-up is 6% of the budget, so a slow machine's is short in steps (38 here against 75-130 where the recipe left
-    # the plateau); a higher peak lr kept it there longer (recipe-lr2e-3), so a short warm-up may too
+    # warm-up is 6% of the budget, so a slow machine's is short in steps (38 here against 60-130 in the 10-minute runs
+    # that left the plateau). Measured on 3 seeds: both arms leave it by step 150, so the warm-up is not the cause
     StepArm("recipe-630", "recipe", 630, title="budget-cpu.yaml (dropout off), 630 steps planned (warm-up 38)"),
     StepArm("recipe-630-warmup150", "recipe", 630, ("schedule.warmup=150",),
             "budget-cpu.yaml (dropout off), 630 steps planned, warm-up 150 steps"),
