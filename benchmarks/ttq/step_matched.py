@@ -50,6 +50,10 @@ ARMS = {arm.name: arm for arm in (
     StepArm("recipe-630", "recipe", 630, title="budget-cpu.yaml (dropout off), 630 steps planned (warm-up 38)"),
     StepArm("recipe-630-warmup150", "recipe", 630, ("schedule.warmup=150",),
             "budget-cpu.yaml (dropout off), 630 steps planned, warm-up 150 steps"),
+    # Item 2's second candidate on the same plan: the rate that left the plateau at step 100 on every seed of the
+    # other two corpora, where this plan's exit is near the edge (step 100 on one seed, 150 on two)
+    StepArm("recipe-630-mask30", "recipe", 630, ("data.mask_prob=0.3",),
+            "budget-cpu.yaml (dropout off) with mask rate 0.30, 630 steps planned (warm-up 38)"),
 )}
 
 
