@@ -71,7 +71,11 @@ def cluster() -> Iterator[None]:
     """A local Ray cluster of 2 CPUs: an actor pool of 2 is 2 worker processes."""
     ray.init(num_cpus=ACTORS, include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    # the pool starts work only once both actors are up: by default it starts with the first, and on a busy machine
+    # that one can consume every block and the pool cancels the other before its constructor runs (seen under load)
+    context.wait_for_min_actors_s = 600
     try:
         yield
     finally:
