@@ -663,8 +663,15 @@ def _cached_debs(debs_dir: Path, name: str) -> list[Path]:
     return sorted(path for path in debs_dir.glob(f"{name}_*.deb") if path.name.split("_", 1)[0] == name)
 
 
+@dataclass(frozen=True)
+class Deb:
+    """A fetched ``.deb`` and its sha256, hashed once: the manifest records the digest the fetch checked."""
+    path: Path
+    sha256: str
+
+
 def fetch_debs(names: list[str], debs_dir: Path, offline: bool,
-               pins: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:  # fmt: skip
+               pins: dict[str, tuple[str, str]] | None = None) -> dict[str, Deb]:  # fmt: skip
     """Each package's ``.deb`` in ``debs_dir``: apt's candidate version, downloaded unless already there
     (checked by sha256); with ``offline``, or without apt-get, the one already there. With ``pins`` (name ->
     version and .deb sha256, from a replayed manifest) that version, and a .deb of another sha256 is refused."""
@@ -678,17 +685,17 @@ def fetch_debs(names: list[str], debs_dir: Path, offline: bool,
             wanted = " ".join(f"{name}={pins[name][0]}" if name in pins else name for name in missing)
             raise BuildError(f"{how}need exactly one .deb of each of {' '.join(missing)} in {debs_dir} "
                              f"(`apt-get download {wanted}` there on a Debian machine)")
-        debs = {name: paths[0] for name, paths in found.items()}
-        for name, path in debs.items():
-            if name in pins and _sha256(path) != pins[name][1]:
-                raise BuildError(f"{path} is not the .deb of {name} {pins[name][0]} that the replayed manifest "
+        debs = {name: Deb(paths[0], _sha256(paths[0])) for name, paths in found.items()}
+        for name, deb in debs.items():
+            if name in pins and deb.sha256 != pins[name][1]:
+                raise BuildError(f"{deb.path} is not the .deb of {name} {pins[name][0]} that the replayed manifest "
                                  f"names (sha256 {pins[name][1][:12]}...): put that one in {debs_dir}")
         return debs
     if not apt_lists_present():
         if not _is_root():
             raise BuildError("apt has no package lists: run `apt-get update` as root, then this again")
         _run(["apt-get", "update"])
-    debs: dict[str, Path] = {}
+    debs: dict[str, Deb] = {}
     for name in names:
         wanted = f"{name}={pins[name][0]}" if name in pins else name
         # 'URL' FILENAME SIZE SHA256:HEX -- the candidate version (or the pinned one), whether installed or not
@@ -718,7 +725,7 @@ def fetch_debs(names: list[str], debs_dir: Path, offline: bool,
         for stale in _cached_debs(debs_dir, name):
             if stale != path:
                 stale.unlink()
-        debs[name] = path
+        debs[name] = Deb(path, sha256)
     return debs
 
 
@@ -859,12 +866,12 @@ def build_corpus(packages: Iterable[Package], debs_dir: Path, out_dir: Path, off
             corpus = Corpus(stream, evaluation, replay.dropped_keys if replay is not None else None)
             for package in packages:
                 started = time.perf_counter()
-                deb = debs[package.name]
+                deb = debs[package.name].path
                 if deb_field(deb, "Package") != package.name:
                     raise BuildError(f"{deb} is not a .deb of {package.name}")
                 entry = add_package(corpus, package, deb_members(deb, package))
                 entries.append({"package": package.name, "version": deb_field(deb, "Version"), "deb": deb.name,
-                                "deb_sha256": _sha256(deb), **entry})  # fmt: skip
+                                "deb_sha256": debs[package.name].sha256, **entry})  # fmt: skip
                 if progress:
                     print(f"  {package.name}: {entry['documents']:,} documents, {entry['bytes'] / 1e6:.1f} MB "
                           f"({time.perf_counter() - started:.0f}s)", file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ prose and drops navigation and code, duplicate paragraphs appear once, man pages
 task's text) are refused, and the output is byte-for-byte reproducible."""
 
 import gzip
+import hashlib
 import json
 import shutil
 import subprocess
@@ -273,3 +274,21 @@ def test_replay_refuses_another_deb_and_a_manifest_without_drops(
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and expected in err, err
         assert not (tmp_path / "replayed" / bpc.CORPUS_FILE).exists()
+
+
+def test_a_replayed_offline_build_reads_each_deb_once_for_its_sha256(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The check against the replayed pin and the manifest's record share one digest: each .deb used to be read
+    twice."""
+    if shutil.which("dpkg-deb") is None:
+        pytest.fail("needs dpkg-deb (Debian's dpkg package), which the corpus script reads packages with")
+    deb = _faq_deb(tmp_path / "root", tmp_path / "debs")
+    _task(tmp_path / "tasks", PROSE[1])
+    assert _build(tmp_path, "first", tmp_path / "tasks", "--packages", "debian-faq")[0] == 0
+    hashed: list[Path] = []
+    real_sha256 = bpc._sha256
+    monkeypatch.setattr(bpc, "_sha256", lambda path: hashed.append(path) or real_sha256(path))
+    code, _ = _build(tmp_path, "replayed", tmp_path / "tasks", "--replay", str(tmp_path / "first" / bpc.MANIFEST_FILE))
+    assert code == 0 and hashed == [deb]
+    manifest = json.loads((tmp_path / "replayed" / bpc.MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert manifest["packages"][0]["deb_sha256"] == hashlib.sha256(deb.read_bytes()).hexdigest()
