@@ -665,7 +665,7 @@ def _cached_debs(debs_dir: Path, name: str) -> list[Path]:
 
 @dataclass(frozen=True)
 class Deb:
-    """A fetched ``.deb`` and its sha256, hashed once: the manifest records the digest the fetch checked."""
+    """A fetched ``.deb`` and its sha256, read once: the pin check and the manifest share that digest."""
     path: Path
     sha256: str
 
