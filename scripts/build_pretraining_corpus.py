@@ -866,12 +866,12 @@ def build_corpus(packages: Iterable[Package], debs_dir: Path, out_dir: Path, off
             corpus = Corpus(stream, evaluation, replay.dropped_keys if replay is not None else None)
             for package in packages:
                 started = time.perf_counter()
-                deb = debs[package.name].path
-                if deb_field(deb, "Package") != package.name:
-                    raise BuildError(f"{deb} is not a .deb of {package.name}")
-                entry = add_package(corpus, package, deb_members(deb, package))
-                entries.append({"package": package.name, "version": deb_field(deb, "Version"), "deb": deb.name,
-                                "deb_sha256": debs[package.name].sha256, **entry})  # fmt: skip
+                deb = debs[package.name]
+                if deb_field(deb.path, "Package") != package.name:
+                    raise BuildError(f"{deb.path} is not a .deb of {package.name}")
+                entry = add_package(corpus, package, deb_members(deb.path, package))
+                entries.append({"package": package.name, "version": deb_field(deb.path, "Version"),
+                                "deb": deb.path.name, "deb_sha256": deb.sha256, **entry})  # fmt: skip
                 if progress:
                     print(f"  {package.name}: {entry['documents']:,} documents, {entry['bytes'] / 1e6:.1f} MB "
                           f"({time.perf_counter() - started:.0f}s)", file=sys.stderr, flush=True)
