@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import HANG_TIMEOUT
+from helpers.processes import kill_tree
 from helpers.torchrun import torchrun_in_this_process
 
 pytestmark = pytest.mark.distributed
@@ -46,7 +46,8 @@ def launch(run_dir: Path, nproc: int, task: str, *extra: str) -> None:
 
 def start_launcher(run_dir: Path, nproc: int, task: str, *extra: str) -> subprocess.Popen:
     """`python -m torch.distributed.run ...` as a process in a session of its own, for a test to kill it and its
-    workers with one killpg."""
+    workers (`helpers.processes.kill_tree`: torchrun starts each worker in a session of its own, out of reach of
+    a killpg of the launcher's group)."""
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run",
                              *torchrun_arguments(run_dir, nproc, task, *extra)], cwd=ROOT,
                             env=os.environ | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
@@ -111,8 +112,7 @@ def test_two_ranks_killed_and_resumed_end_equal_to_an_uninterrupted_run(strategy
         if marker.exists() and marker.read_text() >= "step-00000002":
             break
         time.sleep(0.02)
-    os.killpg(process.pid, signal.SIGKILL)  # the launcher and both workers, without warning
-    process.wait()
+    kill_tree(process)  # the launcher and both workers, without warning; none writes to run_dir after this
     launch(run_dir, 2, "NoDropout", *settings)  # the same command again: run.resume=auto resumes
     if strategy == "fsdp":
         assert (run_dir / "checkpoints" / "step-00000006" / "dcp").is_dir()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import HANG_TIMEOUT
+from helpers.processes import alive, descendants
 
 from bertforge.config import config_to_yaml, load_config
 
@@ -64,30 +65,6 @@ def start(command: list[str]) -> subprocess.Popen[str]:
 
 def has_checkpoint(run_dir: Path) -> bool:
     return (run_dir / "checkpoints" / "latest").is_file()
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie (a container's PID 1 may never reap an orphan that died)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, frontier = [], [pid]
-    while frontier:
-        found += (kids := [kid for parent in frontier for kid in children.get(parent, [])])
-        frontier = kids
-    return found
 
 
 def kill_group(process: subprocess.Popen[str]) -> None:

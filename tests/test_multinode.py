@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from helpers.processes import kill_tree
 from helpers.tiny_pretraining import ROOT, train, train_losses, write_config
 from safetensors.torch import load_file
 
@@ -35,7 +36,7 @@ def free_port() -> int:
 
 
 def start_nodes(config: Path, port: int) -> list[subprocess.Popen]:
-    """`torchrun --nnodes=2 --node-rank=R ...` twice; each launcher in its own session, for killpg."""
+    """`torchrun --nnodes=2 --node-rank=R ...` twice; each launcher in its own session."""
     nodes = []
     for node_rank in (0, 1):
         command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node_rank}",
@@ -56,8 +57,7 @@ def wait_for(nodes: list[subprocess.Popen], timeout: float = 300) -> list[tuple[
     finally:
         for node in nodes:
             if node.poll() is None:
-                os.killpg(node.pid, signal.SIGKILL)
-                node.wait()
+                kill_tree(node)  # its worker too: torchrun starts it in a session of its own
     return results
 
 

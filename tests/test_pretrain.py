@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.processes import alive, descendants
 from helpers.torchrun import torchrun_in_this_process
 from safetensors.torch import load_file
 
@@ -217,36 +218,19 @@ def test_kill_9_of_pretraining_leaves_no_data_loader_worker(prepared_mlm: Path, 
     process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "-q", "pretrain", str(config_file)], cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
-    def workers() -> list[int]:
-        return [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
-                if _parent_of(p) == process.pid]
-
     try:
         deadline = time.monotonic() + 180
-        while not ((run_dir / "checkpoints" / "latest").is_file() and len(workers()) >= 2):
+        while not ((run_dir / "checkpoints" / "latest").is_file() and len(descendants(process.pid)) >= 2):
             assert time.monotonic() < deadline and process.poll() is None, "pre-training never got going"
             time.sleep(0.1)
-        children = workers()
+        children = descendants(process.pid)
         os.kill(process.pid, signal.SIGKILL)  # the main process only
         process.wait()
         deadline = time.monotonic() + 15
-        while any(_alive(pid) for pid in children):
+        while any(alive(pid) for pid in children):
             assert time.monotonic() < deadline, "data-loader workers outlived the killed pre-training"
             time.sleep(0.1)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
 
-
-def _parent_of(stat: Path) -> int | None:
-    try:
-        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
-    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
