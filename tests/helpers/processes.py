@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from helpers import HANG_TIMEOUT
+
 
 def alive(pid: int) -> bool:
     """Running, not a zombie (a container's PID 1 may never reap an orphan that died)."""
@@ -39,11 +41,12 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(process: subprocess.Popen, timeout: float = 60) -> None:
+def kill_tree(process: subprocess.Popen) -> list[int]:
     """SIGKILL to `process`, its process group and every descendant (each in whatever group or session it
-    made), as a node losing power would; returns once none of them runs. The descendants are listed before
-    the first signal: once the launcher is dead its workers are PID 1's children and no longer found."""
-    victims = [process.pid, *descendants(process.pid)]
+    made), as a node losing power would; returns the descendants killed, once none of them runs. They are
+    listed before the first signal: once the launcher is dead its workers are PID 1's children, not found."""
+    below = descendants(process.pid)
+    victims = [process.pid, *below]
     for pid in victims:
         try:
             os.killpg(pid, signal.SIGKILL)  # a session leader's group (torchrun's workers lead their own)
@@ -54,7 +57,8 @@ def kill_tree(process: subprocess.Popen, timeout: float = 60) -> None:
         except ProcessLookupError:
             pass
     process.wait()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + HANG_TIMEOUT
     while any(alive(pid) for pid in victims):
         assert time.monotonic() < deadline, f"processes {[p for p in victims if alive(p)]} outlived SIGKILL"
         time.sleep(0.02)
+    return below
