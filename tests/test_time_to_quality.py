@@ -7,6 +7,7 @@ BertForMaskedLM)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -121,7 +122,37 @@ def test_each_arm_is_held_against_b_at_its_own_budget_with_intervals_over_fine_t
     assert manpages.over_fine_tunes is None and manpages.over_seed_means is None
     table = "\n".join(render_against_b(rows))
     assert "| 10 | (d) bertforge, budget recipe | 2 / 2 | 0.1200 | ≤ 5.00 | ≥ 2.00× |" in table
-    assert "| 20 | (d) bertforge, budget recipe | 1 / 1 | 0.3000 | 15.00 | 1.33× | +10.0, —; — | +10.0, —; — |" in table
+    assert "| 20 | (d) bertforge, budget recipe | 1 / 1 | 0.3000 | 15.00 | 1.33× | — | +10.0, —; — | +10.0, —; — |" in table
+
+
+def test_the_ratio_is_also_given_with_b_accuracy_one_standard_error_higher_and_lower() -> None:
+    """Where both arms cross a shelf (bundled, 40 minutes: (d) rose 0.1695 -> 0.1770 in ten minutes), (b)'s accuracy
+    moved by its measurement's noise moves the ratio a long way; the cell shows both ends."""
+    masked_tokens = 7474
+    b_final, d_curve = 0.1751, [(5.0, 0.1547), (10.0, 0.1695), (20.0, 0.1770), (30.0, 0.2141), (40.0, 0.2474)]
+    b_run = run_result("b", 40.0, [(20.0, 0.1715), (40.0, b_final)])
+    d_run = run_result("d", 40.0, d_curve)
+    for run in (b_run, d_run):
+        for point in run["curve"]:
+            point["masked_tokens"] = masked_tokens
+    (row,) = against_b(cells_of([with_downstream(b_run, [0.6], [0.8]), with_downstream(d_run, [0.65], [0.82])]))
+    error = math.sqrt(b_final * (1 - b_final) / masked_tokens)
+    assert error == pytest.approx(0.0044, abs=1e-4)
+    assert row.minutes_to_target == pytest.approx(time_to_reach(d_curve, b_final))
+    assert row.minutes_within_error == (pytest.approx(time_to_reach(d_curve, b_final - error)),
+                                        pytest.approx(time_to_reach(d_curve, b_final + error)))
+    low, high = (40.0 / minutes for minutes in reversed(row.minutes_within_error))
+    assert low < 40.0 / row.minutes_to_target < high and high - low > 1.0  # a shelf: 1.93x to 3.45x around 2.29x
+    table = "\n".join(render_against_b([row]))
+    assert f"| 2.29× | {low:.2f}× / {high:.2f}× |" in table
+
+    # a target one error higher that the arm never reaches has no ratio at that end
+    short = run_result("d", 40.0, [(20.0, 0.1700), (40.0, 0.1760)])
+    for point in short["curve"]:
+        point["masked_tokens"] = masked_tokens
+    (row,) = against_b(cells_of([with_downstream(b_run, [0.6], [0.8]), with_downstream(short, [0.65], [0.82])]))
+    assert row.minutes_within_error is not None and row.minutes_within_error[1] is None
+    assert "| — / " in "\n".join(render_against_b([row]))
 
 
 def full_result(arm: str, seed: int, final_accuracy: float, supersense: list[float]) -> dict[str, Any]:

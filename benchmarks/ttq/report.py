@@ -128,6 +128,25 @@ class AgainstB:
     minutes_to_target: float | None  # along the arm's mean curve at this budget; None if it never gets there
     first_export_minutes: float  # a target reached at the first export is reached at most then
     downstream: dict[str, Difference | None]
+    # The minutes to reach the target one standard error of its measurement lower and higher (None where
+    # not reached; the band itself None where the runs do not record their masked-token count). Where both
+    # curves cross a shelf the ratio swings with noise of that size, and this band shows by how much.
+    minutes_within_error: tuple[float | None, float | None] | None = None
+
+
+def accuracy_standard_error(accuracy: float, masked_tokens: int) -> float:
+    """The binomial standard error of an MLM accuracy measured on `masked_tokens` masks: how far one model's accuracy
+    moves from one draw of validation text of that size to another (0.0044 at 0.175 on 7,474 masks)."""
+    return math.sqrt(accuracy * (1 - accuracy) / masked_tokens)
+
+
+def target_error(b_cell: Cell) -> float | None:
+    """One standard error of (b)'s mean final accuracy as a measurement on the validation masks; None for runs
+    recorded without their masked-token count."""
+    masked = [run["curve"][-1].get("masked_tokens") for run in b_cell.runs]
+    if None in masked:
+        return None
+    return accuracy_standard_error(statistics.fmean(b_cell.finals("accuracy")), min(masked))
 
 
 def against_b(cells: dict[tuple[str, float], Cell]) -> list[AgainstB]:
@@ -138,8 +157,11 @@ def against_b(cells: dict[tuple[str, float], Cell]) -> list[AgainstB]:
         if arm == "b" or b_cell is None:
             continue
         curve, target = cell.mean_curve(), statistics.fmean(b_cell.finals("accuracy"))
+        error = target_error(b_cell)
+        band = None if error is None else (time_to_reach(curve, target - error), time_to_reach(curve, target + error))
         rows.append(AgainstB(budget, arm, len(cell.runs), len(b_cell.runs), target, time_to_reach(curve, target),
-                             curve[0][0], {task: difference(cell.runs, b_cell.runs, task) for task in DOWNSTREAM_TASKS}))
+                             curve[0][0], {task: difference(cell.runs, b_cell.runs, task) for task in DOWNSTREAM_TASKS},
+                             band))
     return sorted(rows, key=lambda row: (row.budget_minutes, row.arm))
 
 
@@ -147,23 +169,43 @@ def render_against_b(rows: list[AgainstB]) -> list[str]:
     if not rows:
         return []
     lines = ["", "Each arm against (b) at the same budget: the minute its mean curve reaches (b)'s mean final MLM "
-             "accuracy in its run of that budget, and its downstream mean minus (b)'s in points with Welch's 95% "
+             "accuracy in its run of that budget, the same ratio with that target one binomial standard error of its "
+             "validation estimate higher and lower (how far the ratio swings with the measurement's noise: widely "
+             "where the curves cross a shelf), and its downstream mean minus (b)'s in points with Welch's 95% "
              "intervals, over the fine-tunes (one model's fine-tunes taken as independent) and over the pre-training "
              "seeds' means (the stricter; — with fewer than 2 seeds a side):", "",
              "| budget (min) | arm | seeds (arm / b) | (b)'s MLM accuracy | minutes to reach it | budget ÷ that | "
+             "budget ÷ that, (b)'s accuracy +1 s.e. / −1 s.e. | "
              + " | ".join(f"{task} − (b): points, [fine-tunes]; [seed means]" for task in DOWNSTREAM_TASKS) + " |",
-             "|---:|---|---|---:|---:|---:|" + "---|" * len(DOWNSTREAM_TASKS)]
+             "|---:|---|---|---:|---:|---:|---:|" + "---|" * len(DOWNSTREAM_TASKS)]
     for row in rows:
-        if row.minutes_to_target is None:
-            reach, ratio = "not reached", "—"
-        else:
-            bound = "≤ " if row.minutes_to_target == row.first_export_minutes else ""
-            reach = f"{bound}{row.minutes_to_target:.2f}"
-            ratio = f"{'≥ ' if bound else ''}{row.budget_minutes / row.minutes_to_target:.2f}×"
         differences = [row.downstream[task].text() if row.downstream[task] else "—" for task in DOWNSTREAM_TASKS]
         lines.append(f"| {row.budget_minutes:g} | {ARM_TITLES[row.arm]} | {row.seeds} / {row.b_seeds} | "
-                     f"{row.target:.4f} | {reach} | {ratio} | " + " | ".join(differences) + " |")
+                     f"{row.target:.4f} | {reach_text(row.minutes_to_target, row.first_export_minutes)} | "
+                     f"{ratio_text(row.budget_minutes, row.minutes_to_target, row.first_export_minutes)} | "
+                     f"{band_text(row)} | " + " | ".join(differences) + " |")
     return lines
+
+
+def reach_text(minutes: float | None, first_export_minutes: float) -> str:
+    if minutes is None:
+        return "not reached"
+    return f"{'≤ ' if minutes == first_export_minutes else ''}{minutes:.2f}"
+
+
+def ratio_text(budget_minutes: float, minutes: float | None, first_export_minutes: float) -> str:
+    """The budget over the minutes to reach the target; a target reached at the first export gives a lower bound."""
+    if minutes is None:
+        return "—"
+    return f"{'≥ ' if minutes == first_export_minutes else ''}{budget_minutes / minutes:.2f}×"
+
+
+def band_text(row: AgainstB) -> str:
+    if row.minutes_within_error is None:
+        return "—"
+    lower_target, higher_target = row.minutes_within_error
+    return " / ".join(ratio_text(row.budget_minutes, minutes, row.first_export_minutes)
+                      for minutes in (higher_target, lower_target))
 
 
 def runs_by_cpu(results: list[dict[str, Any]]) -> str:
