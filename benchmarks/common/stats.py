@@ -28,3 +28,9 @@ def welch_interval(a: list[float], b: list[float]) -> tuple[float, float, float]
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     half = stats.t.ppf(0.975, df) * se
     return 100 * difference, 100 * (difference - half), 100 * (difference + half)
+
+
+def accuracy_standard_error(accuracy: float, masked_tokens: int) -> float:
+    """The binomial standard error of an MLM accuracy measured on `masked_tokens` masks: how far one model's accuracy
+    moves from one draw of validation text of that size to another (0.0044 at 0.175 on 7,474 masks)."""
+    return math.sqrt(accuracy * (1 - accuracy) / masked_tokens)

@@ -13,7 +13,7 @@ from typing import Any
 
 from benchmarks.common.mlm import SEQ_LEN, VOCAB_SIZE
 from benchmarks.common.reports import write_atomically
-from benchmarks.common.stats import mean_std, welch_interval
+from benchmarks.common.stats import accuracy_standard_error, mean_std, welch_interval
 from benchmarks.common.tasks import DOWNSTREAM_SEEDS
 from benchmarks.ttq.downstream import dropout_text
 from benchmarks.ttq.settings import ARM_TITLES, ARMS, DEV_EVERY, DOWNSTREAM_TASKS
@@ -132,12 +132,6 @@ class AgainstB:
     # not reached; the band itself None where the runs do not record their masked-token count). Where both
     # curves cross a shelf the ratio swings with noise of that size, and this band shows by how much.
     minutes_within_error: tuple[float | None, float | None] | None = None
-
-
-def accuracy_standard_error(accuracy: float, masked_tokens: int) -> float:
-    """The binomial standard error of an MLM accuracy measured on `masked_tokens` masks: how far one model's accuracy
-    moves from one draw of validation text of that size to another (0.0044 at 0.175 on 7,474 masks)."""
-    return math.sqrt(accuracy * (1 - accuracy) / masked_tokens)
 
 
 def target_error(b_cell: Cell) -> float | None:
