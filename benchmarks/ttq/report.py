@@ -290,8 +290,7 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
                 continue
             minutes, budget = reached
             first = cells[arm, budget].mean_curve()[0][0]
-            bound = "≤ " if minutes == first else ""
-            lines.append(f"| {ARM_TITLES[arm]} | {bound}{minutes:.2f} | {budget:g} min | {b_budget / minutes:.2f}× |")
+            lines.append(f"| {ARM_TITLES[arm]} | {reach_text(minutes, first)} | {budget:g} min | {b_budget / minutes:.2f}× |")
     lines += render_against_b(against_b(cells))
     lines += ["", f"MLM accuracy and loss: mean ± std over pre-training seeds {settings['seeds_present']}; downstream: "
               "over pre-training × fine-tuning seeds. Planned steps: HF's arms, and arm (d) where its recipe has "
