@@ -56,9 +56,12 @@ from tests.helpers.docs_workspace import supersense_rows
 from tests.helpers.finetuning import minilm_dir
 
 
-def run_result(arm: str, budget: float, curve: list[tuple[float, float]], seed: int = 42) -> dict[str, Any]:
+def run_result(arm: str, budget: float, curve: list[tuple[float, float]], seed: int = 42,
+               masked_tokens: int | None = None) -> dict[str, Any]:
+    """A stored run's record; `masked_tokens`, where given, on every curve point, as the stored runs carry it."""
+    counted = {} if masked_tokens is None else {"masked_tokens": masked_tokens}
     return {"arm": arm, "budget_minutes": budget, "seed": seed,
-            "curve": [{"minutes": minutes, "accuracy": accuracy, "loss": 1.0} for minutes, accuracy in curve]}
+            "curve": [{"minutes": minutes, "accuracy": accuracy, "loss": 1.0, **counted} for minutes, accuracy in curve]}
 
 
 def test_time_to_reach_interpolates_between_the_exports_around_the_first_crossing() -> None:
@@ -130,11 +133,8 @@ def test_the_ratio_is_also_given_with_b_accuracy_one_standard_error_higher_and_l
     moved by its measurement's noise moves the ratio a long way; the cell shows both ends."""
     masked_tokens = 7474
     b_final, d_curve = 0.1751, [(5.0, 0.1547), (10.0, 0.1695), (20.0, 0.1770), (30.0, 0.2141), (40.0, 0.2474)]
-    b_run = run_result("b", 40.0, [(20.0, 0.1715), (40.0, b_final)])
-    d_run = run_result("d", 40.0, d_curve)
-    for run in (b_run, d_run):
-        for point in run["curve"]:
-            point["masked_tokens"] = masked_tokens
+    b_run = run_result("b", 40.0, [(20.0, 0.1715), (40.0, b_final)], masked_tokens=masked_tokens)
+    d_run = run_result("d", 40.0, d_curve, masked_tokens=masked_tokens)
     (row,) = against_b(cells_of([with_downstream(b_run, [0.6], [0.8]), with_downstream(d_run, [0.65], [0.82])]))
     error = math.sqrt(b_final * (1 - b_final) / masked_tokens)
     assert error == pytest.approx(0.0044, abs=1e-4)
@@ -147,9 +147,7 @@ def test_the_ratio_is_also_given_with_b_accuracy_one_standard_error_higher_and_l
     assert f"| 2.29× | {low:.2f}× / {high:.2f}× |" in table
 
     # a target one error higher that the arm never reaches has no ratio at that end
-    short = run_result("d", 40.0, [(20.0, 0.1700), (40.0, 0.1760)])
-    for point in short["curve"]:
-        point["masked_tokens"] = masked_tokens
+    short = run_result("d", 40.0, [(20.0, 0.1700), (40.0, 0.1760)], masked_tokens=masked_tokens)
     (row,) = against_b(cells_of([with_downstream(b_run, [0.6], [0.8]), with_downstream(short, [0.65], [0.82])]))
     assert row.minutes_within_error is not None and row.minutes_within_error[1] is None
     assert "| — / " in "\n".join(render_against_b([row]))
