@@ -161,12 +161,8 @@ def full_result(arm: str, seed: int, final_accuracy: float, supersense: list[flo
             "downstream_setting": {}, "task_text_mlm": {task: {"accuracy": 0.1} for task in ("supersense", "manpages")}}
 
 
-def test_the_report_counts_the_seeds_that_ended_on_the_plateau_against_the_unigram_baseline() -> None:
-    """Issue 40: the plateau decides the downstream figures, so each cell says how many of its seeds ended on it
-    (no more than 0.01 above always answering the training data's most frequent token, on the same masks)."""
-    results = [full_result("b", 1, 0.0600, [0.3]), full_result("b", 2, 0.0900, [0.5]),
-               full_result("d", 1, 0.1700, [0.5]), full_result("d", 2, 0.1650, [0.52])]
-    report = {
+def full_report(results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
         "command": "python benchmarks/time_to_quality.py", "results": results,
         "machine": {"cpu": "a CPU", "cpu_count": 2, "torch": "2", "transformers": "5", "load_average_start": 0.1,
                     "load_average_end": 0.2},
@@ -176,12 +172,31 @@ def test_the_report_counts_the_seeds_that_ended_on_the_plateau_against_the_unigr
         "data": {"train_documents": 10, "train_tokens": 100, "validation_documents": 2, "validation_masked_tokens": 50,
                  "manpages_rows": [2999, 387], "unigram_guess": {"token": "."}, "unigram_accuracy": 0.0526},
     }
-    table = render(report, cells_of(results))
+
+
+def test_the_report_counts_the_seeds_that_ended_on_the_plateau_against_the_unigram_baseline() -> None:
+    """Issue 40: the plateau decides the downstream figures, so each cell says how many of its seeds ended on it
+    (no more than 0.01 above always answering the training data's most frequent token, on the same masks)."""
+    results = [full_result("b", 1, 0.0600, [0.3]), full_result("b", 2, 0.0900, [0.5]),
+               full_result("d", 1, 0.1700, [0.5]), full_result("d", 2, 0.1650, [0.52])]
+    table = render(full_report(results), cells_of(results))
     assert "most frequent maskable token ('.', as `bertforge pretrain` does) scores 0.0526" in table
     main_table = next(part for part in table.split("\n\n") if "| on the plateau |" in part)
     rows = {line.split(" | ")[0]: line.split(" | ") for line in main_table.splitlines() if line.startswith("| (")}
     assert rows["| (b) HF Trainer, tuned"][6] == "1 of 2"  # 0.0600 is within 0.01 of 0.0526; 0.0900 is not
     assert rows["| (d) bertforge, budget recipe"][6] == "0 of 2"
+
+
+def test_the_top_table_gives_a_lower_bound_where_an_arm_reaches_the_target_at_its_first_export() -> None:
+    """tech-dictionaries, 10 minutes: the recipe was past HF's 40-minute accuracy at its first export, so the time to
+    reach it is at most that export's minutes and the ratio at least the budget over them, in both tables."""
+    results = [full_result("b", 1, 0.0600, [0.3]), full_result("b", 2, 0.0900, [0.5]),
+               full_result("d", 1, 0.1700, [0.5])]
+    results[2]["curve"][0]["accuracy"] = 0.1000  # above (b)'s 0.0750 at 5 minutes
+    table = render(full_report(results), cells_of(results))
+    top = next(part for part in table.split("\n\n") if "| in the run of |" in part)
+    assert "| (d) bertforge, budget recipe | ≤ 5.00 | 10 min | ≥ 2.00× |" in top
+    assert "| (b) HF Trainer, tuned | 10.00 | 10 min | 1.00× |" in top
 
 
 def test_a_named_report_writes_its_three_files_and_leaves_another_corpus_report_alone(tmp_path: Path) -> None:
@@ -581,3 +596,36 @@ def test_export_marks_exports_at_each_mark_its_clock_passes_and_costs_the_run_no
     assert result.state.elapsed_seconds < 2.0  # the exports' two seconds are not on the clock
     final = {"step": 6, "minutes": result.state.elapsed_seconds / 60}
     assert [point["step"] for point in curve_points(exports.exports, final)] == [1, 1, 6]
+
+
+def test_a_committed_report_is_re_rendered_from_its_json_alone(tmp_path: Path) -> None:
+    """`python -m benchmarks.ttq.rerender`: an older report gains today's columns without its corpus; its runs stay
+    as they were."""
+    from benchmarks.ttq.rerender import rerender
+
+    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    report = full_report(results)
+    stored = tmp_path / "time_to_quality_tech_dictionaries.json"
+    stored.write_text(json.dumps(report), encoding="utf-8")
+    (tmp_path / "time_to_quality_tech_dictionaries.md").write_text("| an older table |", encoding="utf-8")
+    written = rerender(stored)
+    assert [path.name for path in written] == [f"time_to_quality_tech_dictionaries.{suffix}"
+                                               for suffix in ("md", "json", "png")]
+    assert written[0].read_text(encoding="utf-8") == render(report, cells_of(results))
+    assert json.loads(written[1].read_text(encoding="utf-8")) == report
+
+
+def test_a_report_from_before_the_plateau_baseline_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    from benchmarks.ttq.rerender import rerender
+
+    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    report = full_report(results)
+    del report["data"]["unigram_guess"]
+    stored = tmp_path / "time_to_quality_mixed.json"
+    stored.write_text(json.dumps(report), encoding="utf-8")
+    table = tmp_path / "time_to_quality_mixed.md"
+    table.write_text("| the table of its day |", encoding="utf-8")
+    with pytest.raises(ValueError, match="time_to_quality_mixed.json: written before reports recorded 'unigram_guess'"):
+        rerender(stored)
+    assert table.read_text(encoding="utf-8") == "| the table of its day |"
+    assert not (tmp_path / "time_to_quality_mixed.png").exists()

@@ -43,7 +43,7 @@ from benchmarks.ttq.inputs import (
     prepare_corpus,
     recipe_fingerprint,
 )
-from benchmarks.ttq.report import cells_of, reach_times, render, write_report
+from benchmarks.ttq.report import cells_of, reach_times, render, report_title, write_report
 from benchmarks.ttq.settings import (
     ARM_TITLES,
     ARMS,
@@ -259,6 +259,5 @@ def main() -> None:
     print(table)
     destination = Path(arguments.report_dir) if arguments.report_dir else work if arguments.quick else RESULTS
     written = write_report(destination / arguments.report_name, report, table, cells, target,
-                           f"Time to quality: {arguments.model}, {arguments.corpus} corpus, torch threads: "
-                           f"{arguments.threads}")
+                           report_title(report["settings"]))
     console.print(f"written to {', '.join(str(path) for path in written)}", soft_wrap=True)

@@ -290,13 +290,18 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
                 continue
             minutes, budget = reached
             first = cells[arm, budget].mean_curve()[0][0]
-            lines.append(f"| {ARM_TITLES[arm]} | {reach_text(minutes, first)} | {budget:g} min | {b_budget / minutes:.2f}× |")
+            lines.append(f"| {ARM_TITLES[arm]} | {reach_text(minutes, first)} | {budget:g} min | "
+                         f"{ratio_text(b_budget, minutes, first)} |")
     lines += render_against_b(against_b(cells))
     lines += ["", f"MLM accuracy and loss: mean ± std over pre-training seeds {settings['seeds_present']}; downstream: "
               "over pre-training × fine-tuning seeds. Planned steps: HF's arms, and arm (d) where its recipe has "
               "switches keyed to the step count, are sized by a timed calibration (see the script's docstring); a "
               "run that ends short of its budget ran out of planned steps."]
     return "\n".join(lines) + "\n"
+
+
+def report_title(settings: dict[str, Any]) -> str:
+    return f"Time to quality: {settings['model']}, {settings['corpus']} corpus, torch threads: {settings['threads']}"
 
 
 def write_report(stem: Path, report: dict[str, Any], table: str, cells: dict[tuple[str, float], Cell],
