@@ -188,8 +188,8 @@ def test_the_report_counts_the_seeds_that_ended_on_the_plateau_against_the_unigr
 
 
 def test_the_top_table_gives_a_lower_bound_where_an_arm_reaches_the_target_at_its_first_export() -> None:
-    """tech-dictionaries, 10 minutes: the recipe was past HF's 40-minute accuracy at its first export, so the time to
-    reach it is at most that export's minutes and the ratio at least the budget over them, in both tables."""
+    """An arm already past the target at its first export reached it at most that export's minutes in, so its ratio
+    is at least the budget over them: the top table says so as the per-budget table does."""
     results = [full_result("b", 1, 0.0600, [0.3]), full_result("b", 2, 0.0900, [0.5]),
                full_result("d", 1, 0.1700, [0.5])]
     results[2]["curve"][0]["accuracy"] = 0.1000  # above (b)'s 0.0750 at 5 minutes

@@ -32,10 +32,12 @@ def rerender(report_json: Path) -> list[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
-    for report_json in parser.parse_args().reports:
+    reports = parser.parse_args().reports
+    for report_json in reports:  # every path checked before any report is rewritten
         if not report_json.is_file() or report_json.suffix != ".json":
             parser.error(f"{report_json}: not a report's .json file; give e.g. "
                          "benchmarks/results/time_to_quality_bundled_seeds.json")
+    for report_json in reports:
         try:
             print(", ".join(str(path) for path in rerender(report_json)))
         except ValueError as error:
