@@ -629,3 +629,20 @@ def test_a_report_from_before_the_plateau_baseline_is_refused_and_left_as_it_was
         rerender(stored)
     assert table.read_text(encoding="utf-8") == "| the table of its day |"
     assert not (tmp_path / "time_to_quality_mixed.png").exists()
+
+
+def test_the_re_render_rewrites_nothing_when_one_of_its_paths_is_not_a_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.ttq import rerender
+
+    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    stored = tmp_path / "time_to_quality_bundled_seeds.json"
+    stored.write_text(json.dumps(full_report(results)), encoding="utf-8")
+    table = tmp_path / "time_to_quality_bundled_seeds.md"
+    table.write_text("| the committed table |", encoding="utf-8")
+    monkeypatch.setattr("sys.argv", ["rerender", str(stored), str(tmp_path / "time_to_quality_typo.json")])
+    with pytest.raises(SystemExit) as exit_info:
+        rerender.main()
+    assert exit_info.value.code == 2
+    assert "time_to_quality_typo.json: not a report's .json file" in capsys.readouterr().err
+    assert table.read_text(encoding="utf-8") == "| the committed table |"
