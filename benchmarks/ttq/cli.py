@@ -43,7 +43,7 @@ from benchmarks.ttq.inputs import (
     prepare_corpus,
     recipe_fingerprint,
 )
-from benchmarks.ttq.report import cells_of, reach_times, render, report_title, write_report
+from benchmarks.ttq.report import cells_of, publish_report, reach_times
 from benchmarks.ttq.settings import (
     ARM_TITLES,
     ARMS,
@@ -245,7 +245,6 @@ def main() -> None:
     machine["load_average_end"] = os.getloadavg()[0]
     results = [result for result in store.results()
                if setup_of(result["settings"]) == setup_of(settings_for(result["arm"]))]
-    cells = cells_of(results)
     report = {
         "command": shlex.join(["python", *sys.argv]), "machine": machine,
         "settings": common | {"seeds_present": sorted({result["seed"] for result in results})},
@@ -253,11 +252,9 @@ def main() -> None:
                         "manpages_rows": common["downstream_rows"]["manpages"],
                         "unigram_guess": guess_record(guess), "unigram_accuracy": baseline},
         "results": results}
-    target, times = reach_times(cells)
+    target, times = reach_times(cells_of(results))
     report["time_to_quality"] = {"target_accuracy": target, "per_arm": times}
-    table = render(report, cells)
-    print(table)
     destination = Path(arguments.report_dir) if arguments.report_dir else work if arguments.quick else RESULTS
-    written = write_report(destination / arguments.report_name, report, table, cells, target,
-                           report_title(report["settings"]))
+    table, written = publish_report(destination / arguments.report_name, report)
+    print(table)
     console.print(f"written to {', '.join(str(path) for path in written)}", soft_wrap=True)

@@ -134,13 +134,13 @@ class AgainstB:
     minutes_within_error: tuple[float | None, float | None] | None = None
 
 
-def target_error(b_cell: Cell) -> float | None:
-    """One standard error of (b)'s mean final accuracy as a measurement on the validation masks; None for runs
-    recorded without their masked-token count."""
+def target_error(b_cell: Cell, target: float) -> float | None:
+    """One standard error of `target`, (b)'s mean final accuracy, as a measurement on the validation masks; None for
+    runs recorded without their masked-token count."""
     masked = [run["curve"][-1].get("masked_tokens") for run in b_cell.runs]
     if None in masked:
         return None
-    return accuracy_standard_error(statistics.fmean(b_cell.finals("accuracy")), min(masked))
+    return accuracy_standard_error(target, min(masked))
 
 
 def against_b(cells: dict[tuple[str, float], Cell]) -> list[AgainstB]:
@@ -151,7 +151,7 @@ def against_b(cells: dict[tuple[str, float], Cell]) -> list[AgainstB]:
         if arm == "b" or b_cell is None:
             continue
         curve, target = cell.mean_curve(), statistics.fmean(b_cell.finals("accuracy"))
-        error = target_error(b_cell)
+        error = target_error(b_cell, target)
         band = None if error is None else (time_to_reach(curve, target - error), time_to_reach(curve, target + error))
         rows.append(AgainstB(budget, arm, len(cell.runs), len(b_cell.runs), target, time_to_reach(curve, target),
                              curve[0][0], {task: difference(cell.runs, b_cell.runs, task) for task in DOWNSTREAM_TASKS},
@@ -302,6 +302,16 @@ def render(report: dict[str, Any], cells: dict[tuple[str, float], Cell]) -> str:
 
 def report_title(settings: dict[str, Any]) -> str:
     return f"Time to quality: {settings['model']}, {settings['corpus']} corpus, torch threads: {settings['threads']}"
+
+
+def publish_report(stem: Path, report: dict[str, Any]) -> tuple[str, list[Path]]:
+    """Render a report from its own settings, data and runs and write it (`write_report`); the table comes back for
+    the console. Both the study and a re-render of a committed report publish through here, so they cannot drift.
+    A field the table shows but the report lacks raises KeyError before any file is written."""
+    cells = cells_of(report["results"])
+    target, _ = reach_times(cells)
+    table = render(report, cells)
+    return table, write_report(stem, report, table, cells, target, report_title(report["settings"]))
 
 
 def write_report(stem: Path, report: dict[str, Any], table: str, cells: dict[tuple[str, float], Cell],

@@ -12,21 +12,19 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.ttq.report import cells_of, reach_times, render, report_title, write_report
+from benchmarks.ttq.report import publish_report
 
 
 def rerender(report_json: Path) -> list[Path]:
     """Raises ValueError, touching no file, for a report written before a field today's table shows was recorded
     (the first studies had no plateau baseline): only its study, run again, can fill it in."""
     report = json.loads(report_json.read_text(encoding="utf-8"))
-    cells = cells_of(report["results"])
-    target, _ = reach_times(cells)
     try:
-        table = render(report, cells)
+        _, written = publish_report(report_json.with_suffix(""), report)
     except KeyError as missing:
         raise ValueError(f"{report_json}: written before reports recorded {missing}, which today's table shows; "
                          "it stays as it is (run its study again to refresh it)") from None
-    return write_report(report_json.with_suffix(""), report, table, cells, target, report_title(report["settings"]))
+    return written
 
 
 def main() -> None:
