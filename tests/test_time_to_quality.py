@@ -598,6 +598,14 @@ def test_export_marks_exports_at_each_mark_its_clock_passes_and_costs_the_run_no
     assert [point["step"] for point in curve_points(exports.exports, final)] == [1, 1, 6]
 
 
+def committed_report(directory: Path, stem: str, report: dict[str, Any], table_text: str) -> tuple[Path, Path]:
+    """A report's .json and its older .md, as benchmarks/results holds them."""
+    stored, table = directory / f"{stem}.json", directory / f"{stem}.md"
+    stored.write_text(json.dumps(report), encoding="utf-8")
+    table.write_text(table_text, encoding="utf-8")
+    return stored, table
+
+
 def test_a_committed_report_is_re_rendered_from_its_json_alone(tmp_path: Path) -> None:
     """`python -m benchmarks.ttq.rerender`: an older report gains today's columns without its corpus; its runs stay
     as they were."""
@@ -605,9 +613,7 @@ def test_a_committed_report_is_re_rendered_from_its_json_alone(tmp_path: Path) -
 
     results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
     report = full_report(results)
-    stored = tmp_path / "time_to_quality_tech_dictionaries.json"
-    stored.write_text(json.dumps(report), encoding="utf-8")
-    (tmp_path / "time_to_quality_tech_dictionaries.md").write_text("| an older table |", encoding="utf-8")
+    stored, _ = committed_report(tmp_path, "time_to_quality_tech_dictionaries", report, "| an older table |")
     written = rerender(stored)
     assert [path.name for path in written] == [f"time_to_quality_tech_dictionaries.{suffix}"
                                                for suffix in ("md", "json", "png")]
@@ -621,10 +627,7 @@ def test_a_report_from_before_the_plateau_baseline_is_refused_and_left_as_it_was
     results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
     report = full_report(results)
     del report["data"]["unigram_guess"]
-    stored = tmp_path / "time_to_quality_mixed.json"
-    stored.write_text(json.dumps(report), encoding="utf-8")
-    table = tmp_path / "time_to_quality_mixed.md"
-    table.write_text("| the table of its day |", encoding="utf-8")
+    stored, table = committed_report(tmp_path, "time_to_quality_mixed", report, "| the table of its day |")
     with pytest.raises(ValueError, match="time_to_quality_mixed.json: written before reports recorded 'unigram_guess'"):
         rerender(stored)
     assert table.read_text(encoding="utf-8") == "| the table of its day |"
@@ -636,10 +639,8 @@ def test_the_re_render_rewrites_nothing_when_one_of_its_paths_is_not_a_report(
     from benchmarks.ttq import rerender
 
     results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
-    stored = tmp_path / "time_to_quality_bundled_seeds.json"
-    stored.write_text(json.dumps(full_report(results)), encoding="utf-8")
-    table = tmp_path / "time_to_quality_bundled_seeds.md"
-    table.write_text("| the committed table |", encoding="utf-8")
+    stored, table = committed_report(tmp_path, "time_to_quality_bundled_seeds", full_report(results),
+                                     "| the committed table |")
     monkeypatch.setattr("sys.argv", ["rerender", str(stored), str(tmp_path / "time_to_quality_typo.json")])
     with pytest.raises(SystemExit) as exit_info:
         rerender.main()
