@@ -634,6 +634,20 @@ def test_a_report_from_before_the_plateau_baseline_is_refused_and_left_as_it_was
     assert not (tmp_path / "time_to_quality_mixed.png").exists()
 
 
+def test_a_report_broken_otherwise_is_not_called_old(tmp_path: Path) -> None:
+    """Only the fields the first studies lack earn the "written before" message; a report missing a field every
+    report has fails as the bug it is, and its files stay as they were."""
+    from benchmarks.ttq.rerender import rerender
+
+    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    del results[1]["curve"]
+    stored, table = committed_report(tmp_path, "time_to_quality_bundled_seeds", full_report(results),
+                                     "| the committed table |")
+    with pytest.raises(KeyError, match="curve"):
+        rerender(stored)
+    assert table.read_text(encoding="utf-8") == "| the committed table |"
+
+
 def test_the_re_render_rewrites_nothing_when_one_of_its_paths_is_not_a_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.ttq import rerender
