@@ -598,6 +598,11 @@ def test_export_marks_exports_at_each_mark_its_clock_passes_and_costs_the_run_no
     assert [point["step"] for point in curve_points(exports.exports, final)] == [1, 1, 6]
 
 
+def one_run_a_side() -> list[dict[str, Any]]:
+    """The smallest study a report can be rendered from: one (b) and one (d) run, fresh for each test to edit."""
+    return [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+
+
 def committed_report(directory: Path, stem: str, report: dict[str, Any], table_text: str) -> tuple[Path, Path]:
     """A report's .json and its older .md, as benchmarks/results holds them."""
     stored, table = directory / f"{stem}.json", directory / f"{stem}.md"
@@ -611,7 +616,7 @@ def test_a_committed_report_is_re_rendered_from_its_json_alone(tmp_path: Path) -
     as they were."""
     from benchmarks.ttq.rerender import rerender
 
-    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    results = one_run_a_side()
     report = full_report(results)
     stored, _ = committed_report(tmp_path, "time_to_quality_tech_dictionaries", report, "| an older table |")
     written = rerender(stored)
@@ -624,7 +629,7 @@ def test_a_committed_report_is_re_rendered_from_its_json_alone(tmp_path: Path) -
 def test_a_report_from_before_the_plateau_baseline_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     from benchmarks.ttq.rerender import rerender
 
-    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    results = one_run_a_side()
     report = full_report(results)
     del report["data"]["unigram_guess"]
     stored, table = committed_report(tmp_path, "time_to_quality_mixed", report, "| the table of its day |")
@@ -639,7 +644,7 @@ def test_a_report_broken_otherwise_is_not_called_old(tmp_path: Path) -> None:
     report has fails as the bug it is, and its files stay as they were."""
     from benchmarks.ttq.rerender import rerender
 
-    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    results = one_run_a_side()
     del results[1]["curve"]
     stored, table = committed_report(tmp_path, "time_to_quality_bundled_seeds", full_report(results),
                                      "| the committed table |")
@@ -652,7 +657,7 @@ def test_the_re_render_rewrites_nothing_when_one_of_its_paths_is_not_a_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.ttq import rerender
 
-    results = [full_result("b", 1, 0.0600, [0.3]), full_result("d", 1, 0.1700, [0.5])]
+    results = one_run_a_side()
     stored, table = committed_report(tmp_path, "time_to_quality_bundled_seeds", full_report(results),
                                      "| the committed table |")
     monkeypatch.setattr("sys.argv", ["rerender", str(stored), str(tmp_path / "time_to_quality_typo.json")])
