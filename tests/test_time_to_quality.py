@@ -334,6 +334,22 @@ def test_the_store_skips_done_runs_and_refuses_results_measured_with_other_setti
         store.pending(keys, changed.__getitem__)
 
 
+def test_the_calibration_is_sixty_seconds_after_twenty_steps_unless_given_and_a_bad_one_is_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.ttq.cli import parse_arguments
+
+    monkeypatch.setattr("sys.argv", ["time_to_quality.py"])
+    assert parse_arguments().calibration == (60.0, 20)
+    monkeypatch.setattr("sys.argv", ["time_to_quality.py", "--calibration", "20,5"])  # the first studies' setting
+    assert parse_arguments().calibration == (20.0, 5)
+    for bad in ("20", "20,5.5", "0,5", "20,-1"):
+        monkeypatch.setattr("sys.argv", ["time_to_quality.py", "--calibration", bad])
+        with pytest.raises(SystemExit) as exit_info:
+            parse_arguments()
+        assert exit_info.value.code == 2
+        assert f"--calibration {bad!r}" in capsys.readouterr().err
+
+
 def test_a_recipe_is_the_same_set_up_at_another_path_and_another_one_with_other_content(tmp_path: Path) -> None:
     """A study resumed from a checkout at another path (a fresh machine, a worktree) keeps arm (d)'s runs: the
     recipe's content, not where the file lay, is part of the set-up."""

@@ -27,9 +27,10 @@ evaluation or checkpoints, and its schedule follows that clock, so its learning 
 the budget. HF `Trainer` has no time budget: `BudgetClock` (a `TrainerCallback`) runs a clock from
 `on_train_begin`, stops training when it passes the budget, and is paused while it exports. HF's
 linear schedule is sized in steps, so `max_steps` is estimated by a timed calibration: the same
-model, data and arguments, freshly built in the same process, train for `CALIBRATION_SECONDS` (20)
-after `CALIBRATION_WARMUP` (5) steps; seconds per step is measured between the starts of the timed
-steps, and `max_steps = budget / seconds per step`. The calibration is thrown away and not counted. It is an
+model, data and arguments, freshly built in the same process, train for `CALIBRATION_SECONDS` (60)
+after `CALIBRATION_WARMUP` (20) steps (`--calibration`; the studies before the second debian-docs one
+ran 20 s after 5 steps, which left 8 of 25 HF runs short of their budget); seconds per step is
+measured between the starts of the timed steps, and `max_steps = budget / seconds per step`. The calibration is thrown away and not counted. It is an
 estimate: where the real run is slower (a busier machine, slower later steps), the clock stops it
 before its learning rate has decayed to zero; where it is faster, it runs out of steps before the
 budget and its curve ends early. Each run records planned and done steps and its minutes.

@@ -85,6 +85,10 @@ def parse_arguments() -> argparse.Namespace:
                         "lrs, comma-separated; 'model' keeps the model's own (model,0)")
     parser.add_argument("--model", default=None, help="the classic BERT preset every arm trains (bert-mini)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="arm d's recipe (configs/pretrain/budget-cpu.yaml)")
+    parser.add_argument("--calibration", default=None, metavar="SECONDS,WARMUP",
+                        help="the step-time calibration that plans HF's steps (and arm d's with step-keyed switches): "
+                             f"seconds timed after this many warm-up steps ({CALIBRATION_SECONDS:g},{CALIBRATION_WARMUP}); "
+                             "the studies committed before the second debian-docs one ran 20,5: give it to extend them")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "time_to_quality"),
                         help="inputs, runs and the result store (reused: a re-run skips the done runs)")
@@ -112,6 +116,8 @@ def parse_arguments() -> argparse.Namespace:
     arguments.seeds = [int(seed) for seed in arguments.seeds.split(",")]
     if arguments.budgets is not None:
         arguments.budgets = [float(budget) for budget in arguments.budgets.split(",")]
+    if arguments.calibration is not None:
+        arguments.calibration = calibration_of(arguments.calibration, parser)
     if arguments.downstream_lrs is not None:
         arguments.downstream_lrs = [float(lr) for lr in arguments.downstream_lrs.split(",")]
     if arguments.downstream_dropouts is not None:
@@ -127,6 +133,18 @@ def parse_arguments() -> argparse.Namespace:
     if arguments.downstream_seeds > len(DOWNSTREAM_SEEDS):
         parser.error(f"--downstream-seeds is at most {len(DOWNSTREAM_SEEDS)}")
     return arguments
+
+
+def calibration_of(text: str, parser: argparse.ArgumentParser) -> tuple[float, int]:
+    """`--calibration SECONDS,WARMUP` as (seconds, warm-up steps)."""
+    try:
+        seconds, warmup = text.split(",")
+        calibration = float(seconds), int(warmup)
+    except ValueError:
+        parser.error(f"--calibration {text!r} must be SECONDS,WARMUP, e.g. {CALIBRATION_SECONDS:g},{CALIBRATION_WARMUP}")
+    if calibration[0] <= 0 or calibration[1] < 0:
+        parser.error(f"--calibration {text!r}: the seconds must be above 0 and the warm-up steps at least 0")
+    return calibration
 
 
 def train_run(key: RunKey, spec_values: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
