@@ -14,7 +14,6 @@ from pathlib import Path
 
 from benchmarks.ttq.report import publish_report
 
-
 # What the first studies' reports lack (the plateau baseline, not recorded before the seeded studies) and
 # today's table shows. Named rather than caught as a KeyError from rendering, so that a report broken some other way
 # is not told it is merely old.
