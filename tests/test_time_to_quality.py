@@ -586,6 +586,19 @@ def test_the_calibration_stops_hf_trainer_after_its_seconds_and_times_the_steps_
     assert timing.seconds_per_step() == pytest.approx(timed / (steps - 1 - 3))
 
 
+def test_a_calibration_replayed_on_recorded_steps_says_what_step_timing_would_have_measured() -> None:
+    from benchmarks.ttq.step_times import calibration_estimate
+
+    durations = [3.0] * 5 + [1.0] * 100  # five slow first steps, then a steady second a step
+    starts = [sum(durations[:index]) for index in range(len(durations) + 1)]
+    past_the_slow_steps = calibration_estimate(starts, 20.0, 5)
+    assert past_the_slow_steps == {"seconds": 20.0, "warmup": 5, "timed_steps": 20, "seconds_per_step": 1.0}
+    within_them = calibration_estimate(starts, 20.0, 2)  # times three slow steps: 20 s over 14 steps
+    assert within_them is not None and within_them["timed_steps"] == 14
+    assert within_them["seconds_per_step"] == pytest.approx(20 / 14)
+    assert calibration_estimate(starts[:20], 20.0, 5) is None  # the steps ran out first
+
+
 def test_export_marks_exports_at_each_mark_its_clock_passes_and_costs_the_run_no_budget(tmp_path: Path) -> None:
     from helpers import trainer_tasks
 

@@ -106,9 +106,13 @@ class StepTiming(TrainerCallback):
         self.starts.append(time.perf_counter())
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        timed = len(self.starts) - 1 - self.warmup
-        if timed >= MIN_TIMED_STEPS and self.starts[-1] - self.starts[self.warmup] >= self.seconds:
+        if self.calibrated():
             control.should_training_stop = True
+
+    def calibrated(self) -> bool:
+        """Whether the steps begun so far are enough: `seconds` after the warm-up, `MIN_TIMED_STEPS` at least."""
+        timed = len(self.starts) - 1 - self.warmup
+        return timed >= MIN_TIMED_STEPS and self.starts[-1] - self.starts[self.warmup] >= self.seconds
 
     def seconds_per_step(self) -> float:
         """Between the starts of the first step after warm-up and of the last step."""

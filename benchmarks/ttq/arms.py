@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from benchmarks.ttq.planning import step_cost, steps_filling
 from benchmarks.ttq.settings import TUNED, RunSpec, bertforge_config
 
 
-def run_hf_arm(spec: RunSpec) -> dict[str, Any]:
-    """Arm a or b: calibrate the steps the budget allows, then train under `BudgetClock`, exporting along the way."""
+def hf_trainers(spec: RunSpec) -> Callable[[int, Any, str], Any]:
+    """Arm a's or b's HF `Trainer`s: `trainer(max_steps, callback, name)` builds one on `spec`'s data, a fresh model
+    each time, writing under `spec.out_dir / name`."""
     import torch
     from datasets import load_from_disk
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
@@ -27,15 +29,21 @@ def run_hf_arm(spec: RunSpec) -> dict[str, Any]:
     train = load_from_disk(spec.data_dir)
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MASK_PROBABILITY)
     chosen = {} if spec.arm == "a" else TUNED.hf_arguments()  # (a): TrainingArguments' defaults
-    out = Path(spec.out_dir)
 
     def trainer(max_steps: int, callback: Any, name: str) -> Any:
-        arguments = TrainingArguments(output_dir=str(out / name), max_steps=max_steps, seed=spec.seed, use_cpu=True,
-                                      save_strategy="no", report_to="none", disable_tqdm=True, **chosen)
+        arguments = TrainingArguments(output_dir=str(Path(spec.out_dir) / name), max_steps=max_steps, seed=spec.seed,
+                                      use_cpu=True, save_strategy="no", report_to="none", disable_tqdm=True, **chosen)
         torch.manual_seed(spec.seed)  # run_mlm.py's set_seed before the model is built
         return Trainer(model=hf_masked_lm(tokenizer, spec.model), args=arguments, train_dataset=train,
                        data_collator=collator, processing_class=tokenizer, callbacks=[callback])
 
+    return trainer
+
+
+def run_hf_arm(spec: RunSpec) -> dict[str, Any]:
+    """Arm a or b: calibrate the steps the budget allows, then train under `BudgetClock`, exporting along the way."""
+    trainer = hf_trainers(spec)
+    out = Path(spec.out_dir)
     timing = StepTiming(*spec.calibration)
     trainer(1_000_000, timing, "calibration").train()  # stopped by `timing`; its schedule does not matter
     seconds_per_step = timing.seconds_per_step()
