@@ -18,8 +18,9 @@ ARM_TITLES = {"a": "(a) HF run_mlm.py defaults", "b": "(b) HF Trainer, tuned", "
               "d": "(d) bertforge, budget recipe"}
 EXPORT_FRACTIONS = (0.125, 0.25, 0.5, 0.75)  # of the budget, besides the end
 # HF's steps are planned from this calibration (`--calibration`). 20 s after 5 steps, the first studies' setting, timed
-# 13-16 steps: 8 of their 25 seeded HF runs finished their schedule at 81-95% of the budget. Step starts of 130 steps on
-# debian-docs: the steps from the 40th on ran 1.20 s (sd 0.04), 20 s after 5 steps said 1.28, 60 s after 20 said 1.22.
+# 13-16 steps: 8 of their 25 seeded HF runs finished their schedule at 81-95% of the budget. On 130 steps of debian-docs
+# (benchmarks.ttq.step_times) the steps from the 40th on took 1.211 s (sd 0.052); 20 s after 5 steps said 1.292, 60 s
+# after 20 said 1.235.
 CALIBRATION_SECONDS, CALIBRATION_WARMUP = 60.0, 20
 DOWNSTREAM_TASKS = ("supersense", "manpages")
 ALL_ROWS = 1_000_000  # benchmarks.common.tasks.load_task keeps every row of a split with fewer rows than this
