@@ -30,10 +30,10 @@ linear schedule is sized in steps, so `max_steps` is estimated by a timed calibr
 model, data and arguments, freshly built in the same process, train for `CALIBRATION_SECONDS` (60)
 after `CALIBRATION_WARMUP` (20) steps (`--calibration`; the studies before the second debian-docs one
 ran 20 s after 5 steps, which left 8 of 25 HF runs short of their budget); seconds per step is
-measured between the starts of the timed steps, and `max_steps = budget / seconds per step`. The calibration is thrown away and not counted. It is an
-estimate: where the real run is slower (a busier machine, slower later steps), the clock stops it
-before its learning rate has decayed to zero; where it is faster, it runs out of steps before the
-budget and its curve ends early. Each run records planned and done steps and its minutes.
+measured between the starts of the timed steps, and `max_steps = budget / seconds per step`. The
+calibration is thrown away and not counted. It is an estimate: where the real run is slower (a
+busier machine, slower later steps), the clock stops it before its learning rate has decayed to zero;
+where it is faster, it runs out of steps before the budget and its curve ends early. Each run records planned and done steps and its minutes.
 
 Arm (d)'s recipe may turn on switches that bertforge keys to the step count (`Config.step_keyed_switches`:
 `data.mask_schedule`, `data.seq_len_schedule`, `train.batch_ramp_start`), which it refuses under a
