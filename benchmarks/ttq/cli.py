@@ -58,6 +58,7 @@ from benchmarks.ttq.settings import (
     QUICK,
     REPO,
     RESULTS,
+    WORK_DIR,
     RunSpec,
 )
 from benchmarks.ttq.store import ResultStore, RunKey, setup_of
@@ -90,7 +91,7 @@ def parse_arguments() -> argparse.Namespace:
                              f"seconds timed after this many warm-up steps ({CALIBRATION_SECONDS:g},{CALIBRATION_WARMUP}); "
                              "the studies committed before the second debian-docs one ran 20,5: give it to extend them")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "time_to_quality"),
+    parser.add_argument("--work-dir", default=str(WORK_DIR),
                         help="inputs, runs and the result store (reused: a re-run skips the done runs)")
     parser.add_argument("--results-from", action="append", default=[], metavar="REPORT.json",
                         help="a committed report (e.g. benchmarks/results/time_to_quality_tech_dictionaries.json): "

@@ -23,6 +23,8 @@ from benchmarks.common.tasks import load_task, tasks_dir
 from benchmarks.ttq.settings import DOWNSTREAM_TASKS, SHAPE_KEYS
 
 CORPORA = ("bundled", "debian-docs", "mixed", "tech-dictionaries")
+# in a corpus's work directory: the study's WordPiece tokenizer, and its training documents as run_mlm.py groups them
+TOKENIZER_DIR, GROUP_TEXTS_DIR = "tokenizer", "hf-group-texts"
 # The mixed corpus: debian-docs documents for two thirds of its bytes, the whole bundled corpus for the
 # other third. Each single corpus covers the text of one downstream task (debian-docs the manpages'
 # technical prose, bundled the supersense glosses), and on each the budget recipe beat HF on that task
@@ -54,7 +56,7 @@ def prepare_corpus(corpus: Path, work: Path) -> tuple[Path, Path, dict[str, Any]
     from bertforge.data.prepare import PrepareSettings, prepare_pretraining_data
     from bertforge.data.tokenizer import train_tokenizer_from_inputs
 
-    tokenizer_dir, data_dir = work / "tokenizer", work / f"data-{SEQ_LEN}"
+    tokenizer_dir, data_dir = work / TOKENIZER_DIR, work / f"data-{SEQ_LEN}"
     if not (tokenizer_dir / "tokenizer.json").is_file():
         train_tokenizer_from_inputs([str(corpus)], tokenizer_dir, vocab_size=VOCAB_SIZE)
     manifest = prepare_pretraining_data([str(corpus)], tokenizer_dir, data_dir,
@@ -68,7 +70,7 @@ def group_texts_dataset(work: Path, tokenizer_dir: Path, corpus: Path, manifest:
     per prepared dataset (its `cache_key` covers the corpus, the tokenizer and the split)."""
     from transformers import AutoTokenizer
 
-    target = work / "hf-group-texts"
+    target = work / GROUP_TEXTS_DIR
     stamp = target / "bertforge_cache_key.txt"
     if stamp.is_file() and stamp.read_text(encoding="utf-8") == manifest["cache_key"]:
         return target

@@ -12,6 +12,7 @@ from benchmarks.common.tasks import DOWNSTREAM_ROWS as SUPERSENSE_ROWS
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
+WORK_DIR = REPO / "runs" / "benchmarks" / "time_to_quality"  # inputs, runs and the result store, per corpus
 DEFAULT_RECIPE = REPO / "configs" / "pretrain" / "budget-cpu.yaml"
 ARMS = ("a", "b", "c", "d")
 ARM_TITLES = {"a": "(a) HF run_mlm.py defaults", "b": "(b) HF Trainer, tuned", "c": "(c) bertforge, tuned",

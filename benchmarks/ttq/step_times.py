@@ -23,7 +23,8 @@ from typing import Any
 from benchmarks.common.hf_arms import StepTiming
 from benchmarks.common.reports import fp32_matmul_gflops, machine_description, write_atomically
 from benchmarks.ttq.arms import hf_trainers
-from benchmarks.ttq.settings import CALIBRATION_SECONDS, CALIBRATION_WARMUP, REPO, RESULTS, RunSpec
+from benchmarks.ttq.inputs import GROUP_TEXTS_DIR, TOKENIZER_DIR
+from benchmarks.ttq.settings import CALIBRATION_SECONDS, CALIBRATION_WARMUP, RESULTS, WORK_DIR, RunSpec
 
 SETTINGS = ((20.0, 5), (CALIBRATION_SECONDS, CALIBRATION_WARMUP), (90.0, 20))  # the first studies', today's, longer
 
@@ -43,7 +44,7 @@ def calibration_estimate(starts: list[float], seconds: float, warmup: int) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default="debian-docs", help="a corpus time_to_quality.py prepared (debian-docs)")
-    parser.add_argument("--work-dir", default=str(REPO / "runs" / "benchmarks" / "time_to_quality"),
+    parser.add_argument("--work-dir", default=str(WORK_DIR),
                         help="time_to_quality.py's work directory")
     parser.add_argument("--steps", type=int, default=130, help="steps to time (130)")
     parser.add_argument("--steady-from", type=int, default=40,
@@ -52,7 +53,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "time_to_quality_calibration.json"))
     arguments = parser.parse_args()
     work = Path(arguments.work_dir) / arguments.corpus
-    inputs = work / "tokenizer", work / "hf-group-texts"
+    inputs = work / TOKENIZER_DIR, work / GROUP_TEXTS_DIR
     missing = [str(path) for path in inputs if not path.is_dir()]
     if missing:
         raise SystemExit(f"error: {', '.join(missing)} not found: run `python benchmarks/time_to_quality.py "
@@ -71,15 +72,15 @@ def main() -> None:
     starts = timing.starts
     steps = [later - earlier for earlier, later in itertools.pairwise(starts)]
     steady = steps[arguments.steady_from:]
-    pace = statistics.fmean(steady)
+    pace, spread = statistics.fmean(steady), statistics.stdev(steady)
     estimates = [estimate | {"over_steady": estimate["seconds_per_step"] / pace}
                  for estimate in (calibration_estimate(starts, *setting) for setting in SETTINGS) if estimate]
     report = {"command": shlex.join(["python", "-m", "benchmarks.ttq.step_times", *sys.argv[1:]]), "machine": machine,
               "corpus": arguments.corpus, "seed": arguments.seed, "step_seconds": steps,
-              "steady": {"from_step": arguments.steady_from, "mean": pace, "sd": statistics.stdev(steady)},
+              "steady": {"from_step": arguments.steady_from, "mean": pace, "sd": spread},
               "estimates": estimates}
     write_atomically(Path(arguments.out), json.dumps(report, indent=1))
-    print(f"steady from step {arguments.steady_from}: {pace:.3f} s (sd {statistics.stdev(steady):.3f})")
+    print(f"steady from step {arguments.steady_from}: {pace:.3f} s (sd {spread:.3f})")
     for estimate in estimates:
         print(f"{estimate['seconds']:g} s after {estimate['warmup']} steps: {estimate['timed_steps']} steps timed, "
               f"{estimate['seconds_per_step']:.3f} s a step, {estimate['over_steady']:.3f} of the steady pace")
