@@ -16,6 +16,12 @@ from benchmarks.common.mlm import SEQ_LEN
 MIN_TIMED_STEPS = 5  # a calibration times at least this many steps after its warm-up
 
 
+def calibration_done(timed_steps: int, timed_seconds: float, seconds: float) -> bool:
+    """The stop rule of both arms' calibrations (`StepTiming` here, bertforge's `CalibrationClock`), each over its
+    own clock: `seconds` have passed after the warm-up and at least `MIN_TIMED_STEPS` steps were timed."""
+    return timed_steps >= MIN_TIMED_STEPS and timed_seconds >= seconds
+
+
 def hf_training_dataset(arm: str, documents: list[str], tokenizer: Any) -> Any:
     """The training set as each reference example builds it."""
     from itertools import chain
@@ -112,7 +118,9 @@ class StepTiming(TrainerCallback):
     def calibrated(self) -> bool:
         """Whether the steps begun so far are enough: `seconds` after the warm-up, `MIN_TIMED_STEPS` at least."""
         timed = len(self.starts) - 1 - self.warmup
-        return timed >= MIN_TIMED_STEPS and self.starts[-1] - self.starts[self.warmup] >= self.seconds
+        if timed < 0:  # the warm-up is not over: there is no start to time from yet
+            return False
+        return calibration_done(timed, self.starts[-1] - self.starts[self.warmup], self.seconds)
 
     def seconds_per_step(self) -> float:
         """Between the starts of the first step after warm-up and of the last step."""

@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.hf_arms import MIN_TIMED_STEPS
+from benchmarks.common.hf_arms import calibration_done
 from benchmarks.ttq.settings import EXPORT_FRACTIONS
 
 
@@ -39,8 +39,7 @@ class ExportMarks:
 
 
 class CalibrationClock:
-    """Arm d's calibration: ends the run once `seconds` of its clock have passed after `warmup` steps (and at least
-    `MIN_TIMED_STEPS` steps were timed)."""
+    """Arm d's calibration: ends the run by `calibration_done`'s rule over the run's own clock."""
 
     def __init__(self, seconds: float, warmup: int) -> None:
         self.seconds, self.warmup = seconds, warmup
@@ -49,8 +48,7 @@ class CalibrationClock:
     def __call__(self, trainer: Any, state: Any) -> bool:
         if state.step == self.warmup:
             self.warm_elapsed = state.elapsed_seconds
-        timed = state.step - self.warmup
-        return timed >= MIN_TIMED_STEPS and state.elapsed_seconds - self.warm_elapsed >= self.seconds
+        return calibration_done(state.step - self.warmup, state.elapsed_seconds - self.warm_elapsed, self.seconds)
 
     def seconds_per_step(self, state: Any) -> float:
         """Over the steps after warm-up, by the run's own clock."""
