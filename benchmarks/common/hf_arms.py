@@ -101,8 +101,8 @@ class BudgetClock(TrainerCallback):
 
 
 class StepTiming(TrainerCallback):
-    """The calibration: times HF `Trainer`'s steps and stops it once `seconds` have passed after `warmup` steps
-    (and at least `MIN_TIMED_STEPS` steps were timed)."""
+    """Arm b's calibration: times HF `Trainer`'s steps and stops it by `calibration_done`'s rule over their start
+    times."""
 
     def __init__(self, seconds: float, warmup: int) -> None:
         self.seconds, self.warmup = seconds, warmup
@@ -116,7 +116,7 @@ class StepTiming(TrainerCallback):
             control.should_training_stop = True
 
     def calibrated(self) -> bool:
-        """Whether the steps begun so far are enough: `seconds` after the warm-up, `MIN_TIMED_STEPS` at least."""
+        """Whether the steps begun so far are enough, by `calibration_done`'s rule over their start times."""
         timed = len(self.starts) - 1 - self.warmup
         if timed < 0:  # the warm-up is not over: there is no start to time from yet
             return False
