@@ -101,7 +101,7 @@ class BudgetClock(TrainerCallback):
 
 
 class StepTiming(TrainerCallback):
-    """Arm b's calibration: times HF `Trainer`'s steps and stops it by `calibration_done`'s rule over their start
+    """HF's arms' calibration: times `Trainer`'s steps and stops it by `calibration_done`'s rule over their start
     times."""
 
     def __init__(self, seconds: float, warmup: int) -> None:
