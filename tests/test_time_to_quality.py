@@ -596,11 +596,11 @@ def test_the_calibration_stops_hf_trainer_after_its_seconds_and_times_the_steps_
 
     steps = trainer.state.global_step
     assert len(timing.starts) == steps >= 3 + 1 + MIN_TIMED_STEPS
-    timed = timing.starts[-1] - timing.starts[3]
-    assert timed >= 0.5
+    timed, timed_steps = timing.starts[-1] - timing.starts[3], steps - 1 - 3
+    assert calibration_done(timed_steps, timed, 0.5)
     # It stopped at the first step that met the rule, however slow the machine's steps are: one step earlier it had not.
-    assert not calibration_done(steps - 1 - 3 - 1, timing.starts[-2] - timing.starts[3], 0.5)
-    assert timing.seconds_per_step() == pytest.approx(timed / (steps - 1 - 3))
+    assert not calibration_done(timed_steps - 1, timing.starts[-2] - timing.starts[3], 0.5)
+    assert timing.seconds_per_step() == pytest.approx(timed / timed_steps)
 
 
 def test_a_calibration_replayed_on_recorded_steps_says_what_step_timing_would_have_measured() -> None:
